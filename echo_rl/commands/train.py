@@ -15,6 +15,10 @@ HELP = "train an agent and leave a run directory (config, metrics, checkpoints, 
 _FLAGS = {"task": "env_name", "agent": "agent", "backbone": "backbone", "timesteps": "total_timesteps",
           "num_actors": "num_actors", "batch_size": "batch_size", "seed": "seed", "device": "device"}
 
+# ablation flag -> (field, value) of the EchoRL agent's parts; shorthand for --set
+_ABLATIONS = {"no_plan": ("echo_config.latent_plan", False), "no_kl": ("planning_config.kl_weight", 0.0),
+              "no_replay": ("echo_config.replay_updates", 0), "no_world_model": ("echo_config.world_model_coef", 0.0)}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="minigrid, minigrid:<EnvId> (e.g. minigrid:MiniGrid-DoorKey-8x8-v0) "
@@ -26,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, help="transitions per learner update (a multiple of --num-actors)")
     p.add_argument("--seed", type=int, help="seed of the whole run")
     p.add_argument("--device", help="torch device: cpu (default), cuda, cuda:N, mps")
+    ablate = p.add_argument_group("EchoRL agent ablations (--agent echo-rl)")
+    ablate.add_argument("--no-plan", action="store_true", help="no latent plan (and so no plan KL)")
+    ablate.add_argument("--no-kl", action="store_true", help="latent plan without the KL between consecutive plans")
+    ablate.add_argument("--no-replay", action="store_true", help="no prioritized replay updates")
+    ablate.add_argument("--no-world-model", action="store_true", help="no next-observation prediction loss")
     p.add_argument("--config", metavar="FILE", help="YAML TrainingConfig; flags given here override it")
     p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],
                    help="override any config field, e.g. --set ppo_config.learning_rate=1e-3 (repeatable)")
@@ -37,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> TrainingConfig:
     given = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag) is not None}
+    ablations = {flag: fv for flag, fv in _ABLATIONS.items() if getattr(args, flag, False)}
+    given.update(ablations.values())
     if args.resume:
         if not args.run_dir:
             raise ConfigError("--resume needs --run-dir: the run to continue")
@@ -51,7 +62,12 @@ def build_config(args: argparse.Namespace) -> TrainingConfig:
         config = TrainingConfig.load_yaml(args.config) if args.config else TrainingConfig()
     overrides = dict(given)
     overrides.update(parse_override(s) for s in args.set)
-    return config.with_overrides(overrides) if overrides else config
+    config = config.with_overrides(overrides) if overrides else config
+    if ablations and config.agent != "echo-rl":
+        flags = ", ".join("--" + f.replace("_", "-") for f in ablations)
+        raise ConfigError(f"{flags} switch off parts of the EchoRL agent; they need --agent echo-rl "
+                          f"(got --agent {config.agent})")
+    return config
 
 
 def run(args: argparse.Namespace) -> int:

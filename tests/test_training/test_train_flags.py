@@ -1,0 +1,26 @@
+import argparse
+
+import pytest
+
+from echo_rl.commands import train
+from echo_rl.config import ConfigError
+
+
+def parse(*argv):
+    p = argparse.ArgumentParser()
+    train.add_arguments(p)
+    return train.build_config(p.parse_args(list(argv)))
+
+
+def test_ablation_flags_switch_off_each_part():
+    cfg = parse("--agent", "echo-rl", "--no-plan", "--no-replay")
+    assert cfg.echo_config.latent_plan is False and cfg.echo_config.replay_updates == 0
+    assert cfg.echo_config.world_model_coef > 0 and cfg.planning_config.kl_weight > 0
+    cfg = parse("--agent", "echo-rl", "--no-kl", "--no-world-model")
+    assert cfg.planning_config.kl_weight == 0 and cfg.echo_config.world_model_coef == 0
+    assert cfg.echo_config.latent_plan is True
+
+
+def test_ablation_flags_need_the_echo_agent():
+    with pytest.raises(ConfigError, match="--no-plan.*--agent echo-rl"):
+        parse("--agent", "ppo", "--no-plan")
