@@ -351,6 +351,9 @@ class TrainingConfig(ConfigBase):
                                                 "(flat input, 64x64 like Stable-Baselines3's MlpPolicy)",
                                choices=("minigrid", "mlp"))
     num_learners: int = spec(1, help="learner processes (more than 1 needs a distributed backend)", min=1)
+    backend: str = spec("local", help="where actors and learner run: local (this process) or ray "
+                                      "(Ray actors; needs the distributed extra)", choices=("local", "ray"))
+    ray_address: str | None = spec(None, help="Ray cluster address for backend=ray (None: start a local Ray)")
     batch_size: int = spec(1024, help="transitions per learner update", min=1)
     device: str = spec("cpu", help="torch device: cpu, cuda, cuda:N or mps")
     torch_threads: int = spec(1, help="torch intra-op CPU threads while training (0: torch's default); small "

@@ -13,7 +13,8 @@ HELP = "train an agent and leave a run directory (config, metrics, checkpoints, 
 
 # flag -> TrainingConfig field
 _FLAGS = {"task": "env_name", "agent": "agent", "backbone": "backbone", "timesteps": "total_timesteps",
-          "num_actors": "num_actors", "batch_size": "batch_size", "seed": "seed", "device": "device"}
+          "num_actors": "num_actors", "batch_size": "batch_size", "seed": "seed", "device": "device",
+          "backend": "backend", "ray_address": "ray_address"}
 
 # ablation flag -> (field, value) of the EchoRL agent's parts; shorthand for --set
 _ABLATIONS = {"no_plan": ("echo_config.latent_plan", False), "no_kl": ("planning_config.kl_weight", 0.0),
@@ -30,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, help="transitions per learner update (a multiple of --num-actors)")
     p.add_argument("--seed", type=int, help="seed of the whole run")
     p.add_argument("--device", help="torch device: cpu (default), cuda, cuda:N, mps")
+    p.add_argument("--backend", help="local (default: actors and learner in this process) or ray")
+    p.add_argument("--ray-address", help="Ray cluster to join with --backend ray (default: start a local Ray)")
     ablate = p.add_argument_group("EchoRL agent ablations (--agent echo-rl)")
     ablate.add_argument("--no-plan", action="store_true", help="no latent plan (and so no plan KL)")
     ablate.add_argument("--no-kl", action="store_true", help="latent plan without the KL between consecutive plans")

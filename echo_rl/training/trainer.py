@@ -147,6 +147,11 @@ class EchoRLTrainer:
     def build_agent(self, device: torch.device) -> None:
         """Create the training envs and the agent (untrained, or ready to load a checkpoint)."""
         cfg = self.config
+        if cfg.backend == "ray":
+            from echo_rl.distributed.ray_backend import build_ray_agent
+
+            self.agent = build_ray_agent(cfg, device)
+            return
         envs = make_vector_env(cfg.env_name, cfg.num_actors, asynchronous=cfg.vector_env == "async", **cfg.env_config)
         self.agent = agent_class(cfg.agent)(cfg, envs, device)
 
