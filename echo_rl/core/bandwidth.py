@@ -3,7 +3,9 @@
 Attending over a context of t states costs ``b(t) = scale * t(t+1)/2``; reusing a
 cached prefix of length t' leaves ``b_eff = b(t) - b(t')``. Example (the
 product's): ``effective_bandwidth_cost(seq_len=128, reuse_len=96)`` =
-8256 - 4656 = **3600**. Requests are ranked by ``r / (b_eff + q + eps)`` and a run
+8256 - 4656 = **3600**. Requests are ranked by ``r / (b_eff + q + eps)``, where q
+is the queueing cost in bandwidth units: the b_eff of the requests waiting ahead
+(``echo_rl.kernels.bandwidth.queue_costs``, the engine's definition too). A run
 is judged by ``eta_bw = E[sum r] / (E[sum b_eff] + E_B[w * |l_PG|])``.
 
 The arithmetic lives in :mod:`echo_rl.kernels.bandwidth`; this module keeps
@@ -126,27 +128,33 @@ class BandwidthEfficiencyTracker:
 
 
 class BandwidthAwareScheduler:
-    """Ranks requests by ``priority = r / (b_eff + q + eps)``: expected reward per unit of bandwidth."""
+    """Ranks requests by ``priority = r / (b_eff + q + eps)``: expected reward per unit of bandwidth.
+
+    ``queue_time`` is q in bandwidth units (not seconds: seconds do not add to b_eff). Pass ``None``
+    for requests given in arrival order and q is the b_eff waiting ahead of each, as in the engine.
+    """
 
     def __init__(self, config: BandwidthConfig | None = None):
         if config is not None and not isinstance(config, BandwidthConfig):
             raise ConfigError(f"config must be a BandwidthConfig, got {type(config).__name__}")
         self.config = config or BandwidthConfig()
 
-    def compute_priority(self, reward: float, seq_len: int, queue_time: float, reuse_len: int = 0) -> float:
+    def compute_priority(self, reward: float, seq_len: int, queue_time: float = 0.0, reuse_len: int = 0) -> float:
         return float(self.compute_priorities([reward], [seq_len], [queue_time], [reuse_len])[0])
 
-    def compute_priorities(self, rewards, seq_lens, queue_times, reuse_lens=None) -> np.ndarray:
+    def compute_priorities(self, rewards, seq_lens, queue_times=None, reuse_lens=None) -> np.ndarray:
         seq = np.asarray(seq_lens)
         reuse = np.zeros_like(seq) if reuse_lens is None else np.asarray(reuse_lens)
-        if np.any(np.asarray(queue_times, dtype=float) < 0):
-            raise ConfigError(f"queue_time={queue_times!r} is invalid: must be >= 0")
+        if queue_times is not None and np.any(np.asarray(queue_times, dtype=float) < 0):
+            raise ConfigError(f"queue_time={queue_times!r} is invalid: must be >= 0 (bandwidth units)")
         b_eff = effective_bandwidth_cost(seq, reuse, self.config.scale)
+        if queue_times is None:
+            queue_times = K.queue_costs(b_eff)
         try:
             return K.bandwidth_aware_priorities(rewards, b_eff, queue_times, self.config.epsilon)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
-    def order(self, rewards, seq_lens, queue_times, reuse_lens=None, k: int | None = None) -> np.ndarray:
+    def order(self, rewards, seq_lens, queue_times=None, reuse_lens=None, k: int | None = None) -> np.ndarray:
         """Indices to dispatch, highest priority first (ties: earlier request first)."""
         return K.schedule_priorities(self.compute_priorities(rewards, seq_lens, queue_times, reuse_lens), k)

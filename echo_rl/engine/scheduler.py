@@ -21,6 +21,7 @@ import numpy as np
 from echo_rl.kernels.bandwidth import (
     bandwidth_aware_priorities,
     effective_bandwidth_cost,
+    queue_costs,
     schedule_priorities,
 )
 
@@ -42,9 +43,8 @@ class RequestScheduler:
         """Priorities of requests given in arrival order."""
         b = effective_bandwidth_cost(np.asarray(totals, float), np.asarray(cached, float), self.scale)
         b = np.atleast_1d(np.asarray(b, dtype=float))
-        ahead = np.concatenate([[0.0], np.cumsum(b)[:-1]])
         return bandwidth_aware_priorities(np.asarray(rewards, float), self.bandwidth_weight * b,
-                                          self.queue_weight * ahead, self.epsilon)
+                                          self.queue_weight * queue_costs(b), self.epsilon)
 
     def order(self, waiting: list, totals: Callable, cached: Callable, rewards: Callable) -> list:
         """``waiting`` in arrival order -> dispatch order."""

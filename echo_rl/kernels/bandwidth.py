@@ -57,7 +57,7 @@ def effective_bandwidth_cost(t, t_prefix, scale: float = 1.0):
 def bandwidth_aware_priorities(rewards, b_eff, queue, eps: float = 1e-6) -> np.ndarray:
     """``r / (b_eff + q + eps)`` element-wise: expected reward per unit of attention bandwidth.
 
-    ``queue`` is the queueing cost q (e.g. tokens already waiting ahead); b_eff, q >= 0.
+    ``queue`` is the queueing cost q in bandwidth units, like b_eff (see :func:`queue_costs`); b_eff, q >= 0.
     """
     r = as_float_array(rewards, "rewards")
     b = as_float_array(b_eff, "b_eff")
@@ -70,6 +70,18 @@ def bandwidth_aware_priorities(rewards, b_eff, queue, eps: float = 1e-6) -> np.n
         raise ValueError(f"eps={eps!r} is invalid: must be finite and > 0")
     r, b, q = np.broadcast_arrays(r, b, q)
     return r / (b + q + e)
+
+
+def queue_costs(b_eff) -> np.ndarray:
+    """q for waiting requests in arrival order: the b_eff of every request ahead of each one.
+
+    The one definition of q in EchoRL. It is in bandwidth units, so it adds to
+    b_eff, and it grows for a newer request by the whole cost of every older one,
+    which is what keeps an older request from being starved (docs/engine.md).
+    """
+    b = np.atleast_1d(as_float_array(b_eff, "b_eff"))
+    check_finite(b, "b_eff", nonnegative=True)
+    return np.concatenate([[0.0], np.cumsum(b)[:-1]])
 
 
 def schedule_priorities(priorities, k: int | None = None) -> np.ndarray:

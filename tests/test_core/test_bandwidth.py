@@ -60,3 +60,15 @@ def test_bad_config_and_queue():
         BandwidthConfig(scale=0)
     with pytest.raises(ConfigError, match="queue_time"):
         BandwidthAwareScheduler().compute_priority(1.0, 3, -1.0)
+
+
+def test_queue_cost_is_the_b_eff_waiting_ahead_and_matches_the_engine():
+    from echo_rl.engine.scheduler import RequestScheduler
+
+    s = BandwidthAwareScheduler()
+    # b_eff = 10, 6, 3 (lengths 4, 3, 2): q = 0, 10, 16
+    p = s.compute_priorities([1.0, 1.0, 1.0], [4, 3, 2])
+    assert p == pytest.approx([1 / 10.000001, 1 / 16.000001, 1 / 19.000001])
+    assert RequestScheduler().priorities([4, 3, 2], [0, 0, 0], [1.0, 1.0, 1.0]) == pytest.approx(p)
+    # the oldest of equal-reward requests is never outranked: nothing starves
+    assert list(s.order([1.0, 1.0, 1.0], [4, 3, 2])) == [0, 1, 2]
