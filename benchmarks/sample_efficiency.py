@@ -9,6 +9,17 @@ One command runs the whole study and writes the table and plots::
 ``run`` trains every (method, env, seed) cell not already finished in ``--out``
 (each cell writes ``cells/<method>__<env>__<seed>.json`` when done, so a killed
 study resumes where it stopped); ``report`` aggregates whatever cells exist.
+``snapshot`` exports a commit (``git archive``) to run from, so edits landing in
+a shared checkout cannot leak into cells that are still training. Every cell
+records the git commit it ran from and a SHA-256 of its agent's source file;
+``report`` refuses to pool cells of one method whose agent files differ
+(``--allow-mixed`` overrides, and the table then says so).
+
+``--budget ENV=STEPS`` sets a per-env step budget (it also sets the LR-annealing
+horizon, so it is part of the cell's definition). ``--early-stop K`` ends a cell
+after K consecutive evaluations >= the threshold: its "final" number is then
+the success at its last evaluation, not at the budget, and the report labels
+it that way.
 Every method gets the same settings (the shared block below, PPO's
 rl-starter-files MiniGrid recipe) and no per-method tuning.
 
@@ -55,6 +66,49 @@ METHODS = {
 }
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def code_commit() -> str:
+    """HEAD of the checkout this file runs from, or the COMMIT file a ``snapshot`` wrote."""
+    import subprocess
+
+    marker = ROOT / "COMMIT"
+    if marker.exists():
+        return marker.read_text().strip()
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "echo_rl"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def agent_source(agent: str) -> dict:
+    """Path and SHA-256 of the module that defines ``agent`` (what ``report`` refuses to mix)."""
+    import hashlib
+    import inspect
+
+    from echo_rl.training.agents import agent_class
+
+    path = Path(inspect.getsourcefile(agent_class(agent)))
+    rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+    return {"agent_file": rel, "agent_file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def parse_budgets(items: list[str], envs: list[str], default: int) -> dict[str, int]:
+    budgets = {e: default for e in envs}
+    for item in items:
+        env, sep, steps = item.partition("=")
+        if not sep or env not in budgets or not steps.isdigit() or int(steps) < 1:
+            raise ValueError(f"--budget {item!r} is invalid: expected ENV=STEPS with ENV one of {envs}, "
+                             f"STEPS a positive integer")
+        budgets[env] = int(steps)
+    return budgets
+
+
 def cell_name(method: str, env: str, seed: int) -> str:
     return f"{method.replace('/', '+')}__{env}__{seed}"
 
@@ -68,8 +122,11 @@ def build_config(method: str, env: str, seed: int, total_steps: int):
 
 
 def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int, eval_episodes: int,
-             out: str) -> dict:
-    """Train one cell; evaluate on fixed seeds every ``eval_every`` steps; write its JSON."""
+             out: str, early_stop: int = 0, threshold: float = 0.9) -> dict:
+    """Train one cell; evaluate on fixed seeds every ``eval_every`` steps; write its JSON.
+
+    ``early_stop`` > 0 ends the cell after that many consecutive evaluations >= ``threshold``.
+    """
     import torch
 
     from echo_rl.environments.minigrid_vector import make_vector_env
@@ -78,6 +135,9 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
 
     torch.set_num_threads(1)
     cfg = build_config(method, env, seed, total_steps)
+    meta = {"method": method, "env": env, "seed": seed, "total_steps": total_steps, "git_commit": code_commit(),
+            **agent_source(cfg.agent), "early_stop": early_stop, "threshold": threshold,
+            "eval_every": eval_every, "eval_episodes": eval_episodes}
     envs = make_vector_env(cfg.env_name, cfg.num_actors)
     agent = agent_class(cfg.agent)(cfg, envs, torch.device("cpu"))
     make = lambda n: make_vector_env(cfg.env_name, n)  # noqa: E731
@@ -89,8 +149,8 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
         gen = torch_generator(eval_seed)
         return evaluate_policy(make, lambda obs: agent.act(obs, gen), eval_episodes, eval_seed)
 
-    curve, t0, next_eval = [], time.perf_counter(), eval_every
-    while agent.env_steps < total_steps:
+    curve, t0, next_eval, streak, stopped = [], time.perf_counter(), eval_every, 0, False
+    while agent.env_steps < total_steps and not stopped:
         agent.train_iteration()
         if agent.env_steps >= next_eval or agent.env_steps >= total_steps:
             ev = evaluate()
@@ -100,12 +160,14 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)
             while next_eval <= agent.env_steps:
                 next_eval += eval_every
-            if agent.env_steps < total_steps:  # an unfinished cell keeps its curve so far (reported as such)
+            streak = streak + 1 if ev["success_rate"] >= threshold else 0
+            stopped = early_stop > 0 and streak >= early_stop
+            if agent.env_steps < total_steps and not stopped:  # unfinished: keep the curve so far (reported as such)
                 _write(Path(out) / "partial" / f"{cell_name(method, env, seed)}.json",
-                       {"method": method, "env": env, "seed": seed, "total_steps": total_steps, "curve": curve,
-                        "wall_s": round(time.perf_counter() - t0, 1)})
-    result = {"method": method, "env": env, "seed": seed, "total_steps": total_steps, "curve": curve,
-              "config": cfg.to_dict(), "wall_s": round(time.perf_counter() - t0, 1)}
+                       {**meta, "curve": curve, "wall_s": round(time.perf_counter() - t0, 1)})
+    agent.close()
+    result = {**meta, "curve": curve, "stopped_early": stopped, "config": cfg.to_dict(),
+              "wall_s": round(time.perf_counter() - t0, 1)}
     _write(Path(out) / "cells" / f"{cell_name(method, env, seed)}.json", result)
     (Path(out) / "partial" / f"{cell_name(method, env, seed)}.json").unlink(missing_ok=True)
     return result
@@ -130,12 +192,41 @@ def load_cells(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "cells").glob("*.json"))]
 
 
-def summarize(cells: list[dict], threshold: float = 0.9, reps: int = 50_000) -> list[dict]:
-    """Per method: IQM (95% stratified-bootstrap CI) of final success and of steps to threshold.
+class MixedCellsError(ValueError):
+    pass
 
-    Only envs with at least one finished seed count; the score matrix is seeds x envs, so a
-    method appears only when every counted env has the same number of seeds (rows are paired
-    by seed order).
+
+def check_provenance(cells: list[dict], allow_mixed: bool = False) -> dict[str, dict]:
+    """Per method: the agent-file hashes and commits its cells ran from; refuse mixtures unless allowed.
+
+    Cells without provenance (from before the runner recorded it) are refused outright.
+    """
+    out: dict[str, dict] = {}
+    for c in cells:
+        if "agent_file_sha256" not in c:
+            raise MixedCellsError(f"cell {cell_name(c['method'], c['env'], c['seed'])} has no recorded agent "
+                                  "source (made by an older runner); move it out of the study directory")
+        rec = out.setdefault(c["method"], {"sha": set(), "commits": set(), "file": c["agent_file"]})
+        rec["sha"].add(c["agent_file_sha256"])
+        rec["commits"].add(c["git_commit"])
+    for method, rec in out.items():
+        if len(rec["sha"]) > 1 and not allow_mixed:
+            raise MixedCellsError(f"method {method!r} has cells from {len(rec['sha'])} different versions of "
+                                  f"{rec['file']} (commits {sorted(rec['commits'])}); pass --allow-mixed to pool them")
+    return out
+
+
+def final_success(cell: dict) -> float:
+    """Success at the cell's last evaluation (at the budget unless the cell stopped early)."""
+    return float(cell["curve"][-1]["success_rate"])
+
+
+def summarize(cells: list[dict], threshold: float = 0.9, reps: int = 50_000) -> list[dict]:
+    """Per method: IQM (95% stratified-bootstrap CI) of last-evaluation success and of steps to threshold.
+
+    Only envs with at least one finished seed count; the score matrix is seeds x envs, so when envs
+    have different numbers of finished seeds only the first ``min`` seeds (by seed number) of each
+    env enter the pooled row (the per-env rows use all of them).
     """
     from echo_rl.evaluation.statistics import aggregate_iqm, stratified_bootstrap_ci
 
@@ -144,26 +235,28 @@ def summarize(cells: list[dict], threshold: float = 0.9, reps: int = 50_000) -> 
         mine = [c for c in cells if c["method"] == method]
         if not mine:
             continue
-        envs = sorted({c["env"] for c in mine})
+        envs = [e for e in ENVS if any(c["env"] == e for c in mine)]
+        envs += sorted({c["env"] for c in mine} - set(envs))
         by_env = {e: sorted((c for c in mine if c["env"] == e), key=lambda c: c["seed"]) for e in envs}
-        n = min(len(v) for v in by_env.values())
-        final = np.array([[by_env[e][i]["curve"][-1]["success_rate"] for e in envs] for i in range(n)])
-        steps, reached = [], 0
-        for i in range(n):
-            row = []
-            for e in envs:
-                s, ok = steps_to_threshold(by_env[e][i]["curve"], threshold, by_env[e][i]["total_steps"])
-                row.append(s)
-                reached += ok
-            steps.append(row)
-        steps = np.array(steps)
-        rec = {"method": method, "envs": envs, "seeds": n, "reached": reached, "cells": n * len(envs),
-               "budget": int(max(c["total_steps"] for c in mine))}
-        for name, mat in (("final_success", final), ("steps_to_threshold", steps)):
-            point, ci = stratified_bootstrap_ci(mat, aggregate_iqm, reps=reps, seed=0)
-            rec[name] = (float(point), float(ci[0]), float(ci[1]))
-        rec["per_env_final_mean"] = {e: float(final[:, j].mean()) for j, e in enumerate(envs)}
-        rows.append(rec)
+        scopes = [("all", envs, min(len(v) for v in by_env.values()))]
+        if len(envs) > 1:
+            scopes += [(e, [e], len(by_env[e])) for e in envs]
+        for scope, scope_envs, n in scopes:
+            grid = [[by_env[e][i] for e in scope_envs] for i in range(n)]
+            final = np.array([[final_success(c) for c in row] for row in grid])
+            hits = [[steps_to_threshold(c["curve"], threshold, c["total_steps"]) for c in row] for row in grid]
+            steps = np.array([[h[0] for h in row] for row in hits])
+            used = [c for row in grid for c in row]
+            rec = {"method": method, "scope": scope, "envs": scope_envs, "seeds": n,
+                   "reached": int(sum(h[1] for row in hits for h in row)), "cells": n * len(scope_envs),
+                   "stopped_early": sum(bool(c.get("stopped_early")) for c in used),
+                   "budgets": {e: int(by_env[e][0]["total_steps"]) for e in scope_envs},
+                   "wall_s": float(sum(c["wall_s"] for c in used)),
+                   "commits": sorted({c["git_commit"] for c in used})}
+            for name, mat in (("final_success", final), ("steps_to_threshold", steps)):
+                point, ci = stratified_bootstrap_ci(mat, aggregate_iqm, reps=reps, seed=0)
+                rec[name] = (float(point), float(ci[0]), float(ci[1]))
+            rows.append(rec)
     return rows
 
 
@@ -203,16 +296,39 @@ def plot(cells: list[dict], path: Path, unfinished: list[dict] = ()) -> None:
     fig.savefig(path, dpi=110)
 
 
-def report(out: Path, md: Path | None, reps: int) -> str:
+def _short_commit(commit: str) -> str:
+    head, _, rest = commit.partition("+")
+    return head[:10] + (f"+{rest}" if rest else "")
+
+
+def _short(env: str) -> str:
+    return env.replace("MiniGrid-", "").replace("-v0", "")
+
+
+def report(out: Path, md: Path | None, reps: int, allow_mixed: bool = False, plot_path: Path | None = None) -> str:
     cells = load_cells(out) if (out / "cells").is_dir() else []
+    check_provenance(cells, allow_mixed)
     rows = summarize(cells, reps=reps) if cells else []
-    lines = ["| method | envs | seeds | reached 0.9 | final success IQM [95% CI] | steps to 0.9 IQM [95% CI] |",
-             "|---|---|---|---|---|---|"]
+    early = any(c.get("stopped_early") for c in cells)
+    last = "success at last eval" if early else "final success"
+    lines = [f"| method | scope (budget) | seeds | reached 0.9 | stopped early | {last} IQM [95% CI] | "
+             "steps to 0.9 IQM [95% CI] | CPU-process time |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fs, st = r["final_success"], r["steps_to_threshold"]
-        envs = ", ".join(e.replace("MiniGrid-", "").replace("-v0", "") for e in r["envs"])
-        lines.append(f"| {r['method']} | {envs} | {r['seeds']} | {r['reached']}/{r['cells']} | "
-                     f"{fs[0]:.3f} [{fs[1]:.3f}, {fs[2]:.3f}] | {st[0]:,.0f} [{st[1]:,.0f}, {st[2]:,.0f}] |")
+        scope = "; ".join(f"{_short(e)} ({b // 1000}k)" for e, b in r["budgets"].items())
+        if r["scope"] == "all" and len(r["envs"]) > 1:
+            scope = f"**pooled**: {scope}"
+        lines.append(f"| {r['method']} | {scope} | {r['seeds']} | {r['reached']}/{r['cells']} | "
+                     f"{r['stopped_early']}/{r['cells']} | {fs[0]:.3f} [{fs[1]:.3f}, {fs[2]:.3f}] | "
+                     f"{st[0]:,.0f} [{st[1]:,.0f}, {st[2]:,.0f}] | {r['wall_s'] / 60:.0f} min |")
+    prov = check_provenance(cells, allow_mixed) if cells else {}
+    if prov:
+        lines += ["", "Code each method's cells ran from (git commit; SHA-256 of the agent file):", ""]
+        for method, rec in prov.items():
+            shas = ", ".join(sorted(h[:12] for h in rec["sha"]))
+            mixed = " **(MIXED versions, pooled with --allow-mixed)**" if len(rec["sha"]) > 1 else ""
+            lines.append(f"- `{method}`: commit {', '.join(_short_commit(c) for c in sorted(rec['commits']))}; "
+                         f"`{rec['file']}` {shas}{mixed}")
     partial = sorted((out / "partial").glob("*.json")) if (out / "partial").is_dir() else []
     if partial:
         lines += ["", "Unfinished cells (not in the aggregates above; last evaluation so far):", "",
@@ -220,19 +336,32 @@ def report(out: Path, md: Path | None, reps: int) -> str:
                   "|---|---|---|---|---|---|"]
         for p in partial:
             c = json.loads(p.read_text())
-            last = c["curve"][-1] if c["curve"] else {"step": 0, "success_rate": float("nan")}
+            last_pt = c["curve"][-1] if c["curve"] else {"step": 0, "success_rate": float("nan")}
             s, ok = steps_to_threshold(c["curve"], 0.9, c["total_steps"])
-            lines.append(f"| {c['method']} | {c['env'].replace('MiniGrid-', '')} | {c['seed']} | "
-                         f"{last['step']:,} / {c['total_steps']:,} | {last['success_rate']:.3f} | "
+            lines.append(f"| {c['method']} | {_short(c['env'])} | {c['seed']} | "
+                         f"{last_pt['step']:,} / {c['total_steps']:,} | {last_pt['success_rate']:.3f} | "
                          f"{f'{s:,.0f}' if ok else 'not yet'} |")
     table = "\n".join(lines)
     partial_cells = [json.loads(p.read_text()) for p in partial]
-    plot(cells, out / "sample_efficiency.png", [c for c in partial_cells if c["curve"]])
+    plot(cells, plot_path or out / "sample_efficiency.png", [c for c in partial_cells if c["curve"]])
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
     print(table)
     if md is not None:
         print(f"(table and plot written under {out}; paste into {md} with the command that made them)")
     return table
+
+
+def snapshot(dest: Path, rev: str) -> None:
+    """Export ``rev`` to ``dest`` with a COMMIT file, to run cells from a frozen tree."""
+    import subprocess
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    dest.mkdir(parents=True, exist_ok=False)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    (dest / "COMMIT").write_text(commit + "\n")
+    print(f"{commit} -> {dest}; run with PYTHONPATH={dest} python {dest}/benchmarks/sample_efficiency.py run ...")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,43 +372,63 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     r.add_argument("--envs", nargs="+", default=list(ENVS))
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    r.add_argument("--total-steps", type=int, default=1_000_000)
+    r.add_argument("--total-steps", type=int, default=1_000_000, help="budget of envs without a --budget")
+    r.add_argument("--budget", nargs="*", default=[], metavar="ENV=STEPS", help="per-env step budgets")
     r.add_argument("--eval-every", type=int, default=50_000)
     r.add_argument("--eval-episodes", type=int, default=32)
+    r.add_argument("--early-stop", type=int, default=0, metavar="K",
+                   help="end a cell after K consecutive evaluations >= 0.9 (0: never)")
     r.add_argument("--workers", type=int, default=1, help="cells trained in parallel (one core each)")
     r.add_argument("--reps", type=int, default=50_000, help="bootstrap resamples")
     p = sub.add_parser("report", help="aggregate the finished cells")
     p.add_argument("--out", default="runs/sample_efficiency")
     p.add_argument("--md", default=None)
+    p.add_argument("--plot", default=None, help="where to write the curves png (default: OUT/sample_efficiency.png)")
     p.add_argument("--reps", type=int, default=50_000)
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="pool cells of one method that ran different versions of its agent file")
+    sn = sub.add_parser("snapshot", help="export a commit to a directory to run the study from")
+    sn.add_argument("dest")
+    sn.add_argument("--rev", default="HEAD")
     args = parser.parse_args(argv)
 
     from echo_rl.config import ConfigError
     from echo_rl.environments.registry import check_task_name
 
+    if args.cmd == "snapshot":
+        snapshot(Path(args.dest), args.rev)
+        return 0
     out = Path(args.out)
     if args.cmd == "report":
-        report(out, Path(args.md) if args.md else None, args.reps)
+        try:
+            report(out, Path(args.md) if args.md else None, args.reps, args.allow_mixed,
+                   Path(args.plot) if args.plot else None)
+        except MixedCellsError as exc:
+            print(f"sample_efficiency: error: {exc}", file=sys.stderr)
+            return 2
         return 0
     try:
         for env in args.envs:
             check_task_name(f"minigrid:{env}")
+        budgets = parse_budgets(args.budget, args.envs, args.total_steps)
         for m in args.methods:
             build_config(m, args.envs[0], 0, args.total_steps)
-    except ConfigError as exc:
+        if args.early_stop < 0:
+            raise ConfigError(f"--early-stop={args.early_stop} is invalid: must be >= 0")
+    except (ConfigError, ValueError) as exc:
         print(f"sample_efficiency: error: {exc}", file=sys.stderr)
         return 2
-    todo = [(m, e, s) for s in args.seeds for e in args.envs for m in args.methods
+    todo = [(m, e, s) for m in args.methods for e in args.envs for s in args.seeds
             if not (out / "cells" / f"{cell_name(m, e, s)}.json").exists()]
-    print(f"{len(todo)} cells to train -> {out}", flush=True)
-    job = dict(total_steps=args.total_steps, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-               out=str(out))
+    print(f"{len(todo)} cells to train -> {out} (commit {code_commit()})", flush=True)
+    job = dict(eval_every=args.eval_every, eval_episodes=args.eval_episodes, out=str(out),
+               early_stop=args.early_stop)
     if args.workers <= 1:
         for m, e, s in todo:
-            run_cell(m, e, s, **job)
+            run_cell(m, e, s, total_steps=budgets[e], **job)
     else:
         with ProcessPoolExecutor(args.workers) as pool:
-            futures = [pool.submit(run_cell, m, e, s, **job) for m, e, s in todo]
+            futures = [pool.submit(run_cell, m, e, s, total_steps=budgets[e], **job) for m, e, s in todo]
             for f in futures:
                 f.result()
     report(out, None, args.reps)
