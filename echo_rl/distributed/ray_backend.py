@@ -1,10 +1,389 @@
-"""Ray backend for vector training (``TrainingConfig.backend='ray'``)."""
+"""Ray backend for vector training (``TrainingConfig.backend='ray'``), Acme-style.
+
+Rollout workers are Ray actors: each owns a contiguous slice of the ``num_actors``
+envs and a copy of the policy, and collects one rollout slice per update with the
+weights version it was sent. The learner is the in-process agent's own learning
+step: :class:`RayPPOAgent` is a :class:`PPOAgent` whose collector is remote
+(:class:`RemoteCollector`), so GAE, the PPO update, checkpoints and ``act`` are
+PPO's code, unchanged. Weights go out once per update (one ``ray.put``).
+
+Seeding: worker ``j`` over envs ``[a, b)`` is a PPOAgent for that slice with seed
+``seed + 10000·a``, so its envs get exactly the seeds the in-process backend gives
+envs ``a..b-1``; action sampling uses one generator per worker (seed + 10000·a + 1).
+With one worker the run equals the in-process run step for step.
+
+Faults: a worker that dies (crash, OOM kill, ``ray.kill``) is restarted by Ray
+(``max_restarts``). The slice it was collecting is recollected from the restarted
+worker, with the same weights version, so the update still sees a full on-policy
+batch. The dead worker's in-flight episodes are lost: never reported in episode
+statistics, never learned from. The restarted worker's envs start new episodes
+from seeds derived from (run seed, slot, restart count) — deterministic given when
+the failure happened, and different from the episodes it has already played.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import pickle
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.environments.minigrid_vector import actor_seeds, make_minigrid_env, make_vector_env
+from echo_rl.training.ppo_agent import PPOAgent
+from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, torch_generator
+from echo_rl.utils.optional import require
+
+log = logging.getLogger("echo_rl.ray_backend")
+
+ENVS_PER_WORKER = 8  # default worker count: num_actors // 8 (at least 1) — a function of the config
+MAX_RESTARTS = 3  # Ray restarts of one worker over a run
+RESTART_TIMEOUT_S = 180.0  # how long the learner waits for a failed worker to come back
+RESEED_STRIDE = 100_003  # seed offset per restart (not a multiple of the 10000 env stride)
+LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 
 
-def build_ray_agent(config: TrainingConfig, device):
-    """The trainer's agent with actors (and learners) placed as Ray actors."""
-    raise ConfigError("TrainingConfig.backend='ray' is not implemented yet; use backend=local")
+def _ray():
+    return require("ray", "distributed")
+
+
+class WorkerNotReady(RuntimeError):
+    """A worker was asked to collect before it was seeded (it was restarted behind the learner's back)."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Envs ``[start, stop)`` of the ``num_actors`` envs."""
+
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+def worker_slices(num_actors: int, num_workers: int) -> list[Slice]:
+    """Contiguous env slices whose sizes differ by at most one."""
+    if not 1 <= num_workers <= num_actors:
+        raise ConfigError(f"Ray workers={num_workers} is invalid: must be between 1 and num_actors={num_actors}")
+    bounds = np.linspace(0, num_actors, num_workers + 1).round().astype(int)
+    return [Slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def default_num_workers(config: TrainingConfig) -> int:
+    return max(1, config.num_actors // ENVS_PER_WORKER)
+
+
+def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
+    """The in-process config of one worker's slice (same steps per env, the slice's env seeds)."""
+    num_steps = config.batch_size // config.num_actors
+    return config.replace(num_actors=part.size, batch_size=num_steps * part.size, train_frequency=None,
+                          seed=config.seed + 10_000 * part.start, backend="local", device="cpu",
+                          ray_address=None)
+
+
+class RolloutWorker:
+    """One Ray actor: a PPOAgent over its env slice, used only to act."""
+
+    def __init__(self, config: TrainingConfig, part: Slice):
+        torch.set_num_threads(max(1, config.torch_threads))
+        self.config = slice_config(config, part)
+        envs = make_vector_env(self.config.env_name, part.size, asynchronous=config.vector_env == "async",
+                               **self.config.env_config)
+        self.agent = PPOAgent(self.config, envs, torch.device("cpu"))
+        self.version = -1
+        self.token: int | None = None  # restart count the envs were seeded for; None until reset()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def reset(self, token: int) -> None:
+        """Seed the envs and the action sampler for restart count ``token`` (0: the run's start)."""
+        from echo_rl.training.rollout import VectorRolloutCollector
+
+        seed = self.config.seed + RESEED_STRIDE * token
+        envs = self.agent.collector.envs
+        self.agent.collector = VectorRolloutCollector(envs, self.agent.num_steps, actor_seeds(seed, envs.num_envs))
+        self.agent.generator = torch_generator(seed + 1)
+        self.token = token
+
+    def collect(self, weights: dict, version: int) -> dict:
+        """One rollout slice with policy ``version``: the RolloutBuffer's arrays, next_obs, episodes."""
+        if self.token is None:
+            raise WorkerNotReady("rollout worker was (re)started and not seeded yet")
+        if version != self.version:
+            self.agent.network.load_state_dict(weights)
+            self.version = version
+        agent = self.agent
+        buf = agent.collector.collect(agent._policy, agent._value)
+        stats = agent.collector.stats
+        out = {name: getattr(buf, name) for name in ROLLOUT_FIELDS}
+        out.update(next_obs=agent.collector.next_obs, version=version, returns=stats.returns,
+                   lengths=stats.lengths, successes=stats.successes)
+        agent.collector.stats = EpisodeStats()
+        return out
+
+    def rollout_state(self) -> bytes:
+        """The envs mid-episode and the sampler state (the slice's part of a checkpoint)."""
+        return pickle.dumps({"collector": self.agent.collector, "generator": self.agent.generator.get_state(),
+                             "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def load_rollout_state(self, blob: bytes) -> None:
+        state = pickle.loads(blob)
+        self.agent.collector.envs.close()
+        self.agent.collector = state["collector"]
+        self.agent.generator.set_state(state["generator"])
+        self.token = state["token"]
+
+    def close(self) -> None:
+        self.agent.close()
+
+
+ROLLOUT_FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "final_values")
+
+
+class RemoteCollector:
+    """PPOAgent's collector seam, served by Ray workers.
+
+    ``collect(policy, value_fn)`` ignores the local callables: the workers act with
+    their copies of ``network``, refreshed to the learner's weights before each
+    rollout. Slices are joined along the env axis in env order.
+    """
+
+    def __init__(self, network: torch.nn.Module, workers: list, slices: list[Slice], buffer: RolloutBuffer,
+                 max_restarts: int = MAX_RESTARTS, restart_timeout_s: float = RESTART_TIMEOUT_S):
+        self.network, self.workers, self.slices, self.buffer = network, workers, slices, buffer
+        self.num_envs = buffer.num_envs
+        self.next_obs = np.zeros((buffer.num_envs, *buffer.obs.shape[2:]), buffer.obs.dtype)
+        self.stats = EpisodeStats()
+        self.max_restarts, self.restart_timeout_s = max_restarts, restart_timeout_s
+        self.tokens = [0] * len(workers)  # restarts seen per worker
+        self.version = 0
+        self._weights_ref = None
+        self._weights_version = -1
+        ray = _ray()
+        ray.get([w.reset.remote(0) for w in workers])
+
+    @property
+    def restarts(self) -> int:
+        return sum(self.tokens)
+
+    def set_version(self, version: int) -> None:
+        self.version = version
+
+    def _weights(self):
+        if self._weights_version != self.version:  # one ray.put per update, shared by every worker
+            state = {k: v.detach().cpu() for k, v in self.network.state_dict().items()}
+            self._weights_ref = _ray().put(state)
+            self._weights_version = self.version
+        return self._weights_ref
+
+    def collect(self, policy=None, value_fn=None) -> RolloutBuffer:
+        weights, version = self._weights(), self.version
+        refs = [w.collect.remote(weights, version) for w in self.workers]
+        for j, ref in enumerate(refs):
+            out = self._result(j, ref, weights, version)
+            if out["version"] != version:
+                raise RuntimeError(f"Ray worker {j} returned a rollout of policy version {out['version']}, "
+                                   f"expected {version}")
+            part = self.slices[j]
+            for name in ROLLOUT_FIELDS:
+                getattr(self.buffer, name)[:, part.start:part.stop] = out[name]
+            self.next_obs[part.start:part.stop] = out["next_obs"]
+            for ret, length, success in zip(out["returns"], out["lengths"], out["successes"]):
+                self.stats.add(ret, length, success)
+        return self.buffer
+
+    def _result(self, j: int, ref, weights, version: int) -> dict:
+        ray = _ray()
+        errors = (ray.exceptions.RayActorError, WorkerNotReady)
+        deadline = time.monotonic() + self.restart_timeout_s
+        while True:
+            try:
+                return ray.get(ref, timeout=max(deadline - time.monotonic(), 1.0))
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(f"Ray worker {j} (envs {self.slices[j].start}-{self.slices[j].stop - 1}) "
+                                   f"did not answer within {self.restart_timeout_s:.0f} s") from None
+            except errors as exc:
+                if self.tokens[j] >= self.max_restarts or time.monotonic() > deadline:
+                    raise RuntimeError(f"Ray worker {j} (envs {self.slices[j].start}-{self.slices[j].stop - 1}) "
+                                       f"failed and was not restarted (max_restarts={self.max_restarts}): "
+                                       f"{type(exc).__name__}") from exc
+                self.tokens[j] += 1
+                log.warning("Ray worker %d failed (%s); recollecting its slice after restart %d",
+                            j, type(exc).__name__, self.tokens[j])
+                ref = self._recollect(j, weights, version, deadline)
+
+    def _recollect(self, j: int, weights, version: int, deadline: float):
+        """Re-seed the restarted worker and ask it again; wait while Ray brings it back."""
+        ray = _ray()
+        delay = 0.2
+        while True:
+            try:
+                ray.get(self.workers[j].reset.remote(self.tokens[j]), timeout=max(deadline - time.monotonic(), 1.0))
+                return self.workers[j].collect.remote(weights, version)
+            except ray.exceptions.RayActorError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)  # restarting: the actor is unavailable for a moment
+                delay = min(2 * delay, 2.0)
+
+    def worker_pids(self) -> list[int]:
+        ray = _ray()
+        return ray.get([w.pid.remote() for w in self.workers])
+
+
+class _SpacesOnly:
+    """What PPOAgent's constructor reads from its envs; the Ray learner itself steps no env."""
+
+    def __init__(self, observation_space, action_space, num_envs: int):
+        self.single_observation_space, self.single_action_space = observation_space, action_space
+        self.num_envs = num_envs
+
+    def reset(self, seed=None):
+        space = self.single_observation_space
+        return np.zeros((self.num_envs, *space.shape), space.dtype), {}
+
+    def close(self) -> None:
+        pass
+
+
+class RayPPOAgent(PPOAgent):
+    """PPO with rollouts collected by Ray workers; the learning step is PPOAgent's.
+
+    Checkpoints: ``state_dict`` is PPOAgent's (weights, optimizer, learner RNGs,
+    counters), interchangeable with the in-process backend. ``rollout_state``
+    holds every worker's envs mid-episode, sampler state and restart count, so a
+    Ray run resumes exactly on the same number of workers; resuming with another
+    worker count or backend is refused for the rollout state.
+    """
+
+    def __init__(self, config: TrainingConfig, device: torch.device, num_workers: int | None = None,
+                 max_restarts: int = MAX_RESTARTS, restart_timeout_s: float = RESTART_TIMEOUT_S):
+        if config.agent != "ppo":
+            raise ConfigError(f"TrainingConfig.agent={config.agent!r} is not supported with backend=ray yet; "
+                              "allowed: ppo")
+        ray = _ray()
+        num_workers = num_workers or default_num_workers(config)
+        self.slices = worker_slices(config.num_actors, num_workers)
+        probe = make_minigrid_env(config.env_name, **config.env_config)
+        spaces = _SpacesOnly(probe.observation_space, probe.action_space, config.num_actors)
+        probe.close()
+        super().__init__(config, spaces, device)
+        self._owns_ray = _init_ray(config, num_workers)
+        self._ray_workers = []
+        try:
+            actor = ray.remote(num_cpus=1, max_restarts=max_restarts, max_task_retries=0)(RolloutWorker)
+            self._ray_workers = [actor.remote(config, part) for part in self.slices]
+            self.collector = RemoteCollector(self.network, self._ray_workers, self.slices, self.collector.buffer,
+                                             max_restarts, restart_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def train_iteration(self) -> dict[str, float]:
+        self.collector.set_version(self.updates)
+        metrics = super().train_iteration()
+        metrics["ray/worker_restarts"] = float(self.collector.restarts)
+        return metrics
+
+    @property
+    def workers(self) -> list:
+        """The Ray actor handles, in env order (tests kill them)."""
+        return list(self._ray_workers)
+
+    def rollout_state(self) -> dict:
+        ray = _ray()
+        return {"backend": "ray", "slices": [(s.start, s.stop) for s in self.slices],
+                "workers": ray.get([w.rollout_state.remote() for w in self._ray_workers]),
+                "tokens": list(self.collector.tokens)}
+
+    def load_rollout_state(self, state) -> None:
+        slices = [(s.start, s.stop) for s in self.slices]
+        if not isinstance(state, dict) or state.get("backend") != "ray":
+            raise ConfigError("this checkpoint's rollout state was written by backend=local; resume it with "
+                              "backend=local (weights and optimizer are compatible, envs mid-episode are not)")
+        if [tuple(s) for s in state["slices"]] != slices:
+            raise ConfigError(f"this checkpoint's rollout state has Ray worker slices {state['slices']}; "
+                              f"this run has {slices}: resume with the same num_actors and worker count")
+        ray = _ray()
+        ray.get([w.load_rollout_state.remote(blob) for w, blob in zip(self._ray_workers, state["workers"])])
+        self.collector.tokens = list(state["tokens"])
+
+    def close(self) -> None:
+        ray = _ray()
+        for w in self._ray_workers:
+            try:
+                ray.kill(w, no_restart=True)
+            except Exception:  # already gone
+                pass
+        self._ray_workers = []
+        if getattr(self, "_owns_ray", False) and ray.is_initialized():
+            ray.shutdown()
+            self._owns_ray = False
+
+
+def _init_ray(config: TrainingConfig, num_workers: int) -> bool:
+    """Connect to ``config.ray_address``, reuse a running Ray, or start one bound to loopback.
+
+    Returns True when this call started Ray (the agent then shuts it down on close).
+    """
+    if config.ray_address is None and not _loaded_ray_is_initialized():
+        start_local_ray(num_workers)
+        return True
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(address=config.ray_address, logging_level=logging.WARNING, log_to_driver=False)
+    _check_cpus(ray, num_workers)
+    return False
+
+
+def _loaded_ray_is_initialized() -> bool:
+    import sys
+
+    return "ray" in sys.modules and sys.modules["ray"] is not None and sys.modules["ray"].is_initialized()
+
+
+def start_local_ray(num_cpus: int, object_store_memory: int = LOCAL_OBJECT_STORE_BYTES):
+    """A single-node Ray whose servers listen on 127.0.0.1 only, without dashboard or usage reporting.
+
+    Ray binds its servers to the node IP; on Linux that is the routable address unless
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, which makes it loopback (read by Ray at import,
+    and by the daemons it spawns, so it is set in the environment and in the loaded module).
+    """
+    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED")}
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray = _ray()
+    from ray._private import ray_constants
+
+    cluster = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 object_store_memory=object_store_memory, logging_level=logging.WARNING, log_to_driver=False)
+    finally:  # the daemons have inherited it; later connections to real clusters must not
+        ray_constants.ENABLE_RAY_CLUSTER = cluster
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return ray
+
+
+def _check_cpus(ray, num_workers: int) -> None:
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if cpus < num_workers:
+        raise ConfigError(f"the Ray cluster has {cpus:g} CPUs; backend=ray needs one per rollout worker "
+                          f"({num_workers} workers for num_actors): add CPUs or lower num_actors")
+
+
+def build_ray_agent(config: TrainingConfig, device, num_workers: int | None = None, **kwargs) -> RayPPOAgent:
+    """The trainer's agent with its rollout workers placed as Ray actors (``EchoRLTrainer.build_agent``)."""
+    return RayPPOAgent(config, device, num_workers=num_workers, **kwargs)
