@@ -178,8 +178,11 @@ class ReplayServer:
         self.close()
 
     # ------------------------------------------------------------ learner API
-    def sample(self, n: int, timeout: float | None = None, beta: float | None = None) -> Batch:
-        """Draw a batch of n once the buffer is ready; waits (GIL released) up to ``timeout`` seconds."""
+    def sample(self, n: int, timeout: float | None = None, beta: float | None = None, out=None) -> Batch:
+        """Draw a batch of n once the buffer is ready; waits (GIL released) up to ``timeout`` seconds.
+
+        ``out``: the learner's preallocated (or pinned) arrays, filled in place (see the buffer's
+        ``sample``); ``Batch.data`` is then ``out``."""
         t0 = time.monotonic()
         with self._ready:
             if not self._ready.wait_for(lambda: self.buffer.ready or self._stop.is_set(), timeout=timeout):
@@ -188,7 +191,7 @@ class ReplayServer:
         if not self.buffer.ready:
             raise RuntimeError("replay server was closed while waiting for samples")
         t1 = time.monotonic()
-        batch = self.buffer.sample(n, beta=beta)
+        batch = self.buffer.sample(n, beta=beta) if out is None else self.buffer.sample(n, beta=beta, out=out)
         t2 = time.monotonic()
         self._batches += 1
         m = {"replay/batch_wait_s": t1 - t0, "replay/batch_latency_s": t2 - t0,

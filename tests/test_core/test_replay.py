@@ -363,3 +363,42 @@ def test_batched_add_with_non_contiguous_leaves(native):
     b = buf.sample(500)
     np.testing.assert_array_equal(b.data["obs"], big[b.data["id"][:, 0]][:, ::2])
     assert set(b.data["id"][:, 0].tolist()) <= set(range(100, 400))
+
+
+def test_sample_into_caller_arrays(native):
+    """sample(n, out=...) gathers into the caller's arrays: the same draw, no new arrays."""
+    a = PrioritizedReplayBuffer(32, seed=5, use_native=native)
+    b = PrioritizedReplayBuffer(32, seed=5, use_native=native)
+    for buf in (a, b):
+        buf.add(batch_of(np.arange(20)))
+        buf.update_priorities(np.arange(20), np.arange(20) + 1.0)
+    out = {k: np.full((16, *v.shape[1:]), -1, v.dtype) for k, v in batch_of(np.arange(1)).items()}
+    keep = {k: v for k, v in out.items()}
+    got, ref = a.sample(16, out=out), b.sample(16)
+    assert got.data is out and all(out[k] is keep[k] for k in out)  # written in place, nothing replaced
+    np.testing.assert_array_equal(got.indices, ref.indices)
+    np.testing.assert_array_equal(got.weights, ref.weights)
+    for k in out:
+        np.testing.assert_array_equal(out[k], ref.data[k])
+    np.testing.assert_array_equal(out["action"][:, 0], got.indices)  # rows belong to their ids
+
+
+def test_sample_out_bad_arrays_name_the_leaf_and_draw_nothing(native):
+    buf = PrioritizedReplayBuffer(32, seed=5, use_native=native)
+    buf.add(batch_of(np.arange(20)))
+    good = {k: np.zeros((8, *v.shape[1:]), v.dtype) for k, v in batch_of(np.arange(1)).items()}
+    state = buf._rng.bit_generator.state
+    cases = [({**good, "obs": np.zeros((8, 4), np.float64)}, r"out leaf 'obs' is float64\[8, 4\]; expected float32"),
+             ({**good, "action": np.zeros((7, 1), np.int64)}, r"out leaf 'action' is int64\[7, 1\]"),
+             ({**good, "obs": np.zeros((4, 8), np.float32).T}, r"'obs' must be C-contiguous"),
+             ({**good, "reward": [0.0] * 8}, r"'reward' is a list"),
+             ({k: v for k, v in good.items() if k != "done"}, r"missing leaf 'done'")]
+    ro = {k: v.copy() for k, v in good.items()}
+    ro["done"].flags.writeable = False
+    cases.append((ro, r"'done' must be C-contiguous and writable"))
+    for bad, match in cases:
+        with pytest.raises(SchemaError, match=match):
+            buf.sample(8, out=bad)
+    assert buf._rng.bit_generator.state == state  # refused before drawing
+    with pytest.raises(ReplayNotReadyError):
+        PrioritizedReplayBuffer(8, use_native=native).sample(2, out=good)

@@ -157,6 +157,9 @@ def test_server_sample_waits_without_data_then_serves_batches_and_metrics(buffer
         for key in ("replay/batch_wait_s", "replay/batch_latency_s", "replay/queue_depth", "replay/buffer_size"):
             assert key in m
         assert m["replay/buffer_size"] == 100
+        out = {k: np.zeros((16, *v.shape[1:]), v.dtype) for k, v in make_batch(0, 0, 1).items()}
+        batch = srv.sample(16, out=out)  # the learner's own arrays, filled in place
+        assert batch.data is out and set(out["obs"][:, 0]) == {5.0}
 
 
 def test_learner_client_samples_views_and_sends_priorities(buffer):

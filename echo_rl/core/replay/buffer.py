@@ -402,10 +402,17 @@ class PrioritizedReplayBuffer:
                 counts[j] += 1
         return counts, ratios
 
-    def sample(self, n: int, beta: float | None = None) -> Batch:
-        """Draw ``n`` samples (with replacement) by priority; see the module docstring."""
+    def sample(self, n: int, beta: float | None = None, out: Any = None) -> Batch:
+        """Draw ``n`` samples (with replacement) by priority; see the module docstring.
+
+        ``out``: a pytree of the stored samples' structure whose leaves are C-contiguous, writable
+        numpy arrays of shape ``(n, *leaf shape)`` and the schema's dtypes (e.g. preallocated, or
+        ``tensor.numpy()`` of pinned torch tensors). The rows are gathered straight into them and
+        ``Batch.data`` is ``out`` itself: no allocation and no further copy on the way to the learner.
+        """
         with self._lock:
             n = _check_int("n", n, 1)
+            out_leaves = None if out is None else self._check_out(out, n)
             if len(self) < self.min_experiences:
                 raise ReplayNotReadyError(f"buffer holds {len(self)} samples; sampling needs "
                                           f"min_experiences={self.min_experiences}")
@@ -437,7 +444,7 @@ class PrioritizedReplayBuffer:
                 ids, slots, probs = ids_parts[0], slot_parts[0], prob_parts[0]
             else:
                 ids, slots, probs = (np.concatenate(x) for x in (ids_parts, slot_parts, prob_parts))
-            outs = tuple(np.empty((n, *lf.shape), dtype=lf.dtype) for lf in self.schema.leaves)
+            outs = out_leaves or tuple(np.empty((n, *lf.shape), dtype=lf.dtype) for lf in self.schema.leaves)
             if self._nat is not None:
                 self._nat.gather(self._storage_t, slots, outs)
             else:
@@ -446,7 +453,23 @@ class PrioritizedReplayBuffer:
                 weights = np.ones(n, dtype=np.float64)
             else:  # (N P_i)^-b / max_j (N P_j)^-b == (P_i / min_j P_j)^-b
                 weights = np.power(probs * (1.0 / probs.min()), -b)
-            return Batch(self.schema.unflatten(list(outs)), ids, weights, probs)
+            return Batch(self.schema.unflatten(list(outs)) if out is None else out, ids, weights, probs)
+
+    def _check_out(self, out: Any, n: int) -> tuple:
+        """``out``'s leaves, or SchemaError naming the first leaf that cannot take n gathered rows."""
+        if self.schema is None:
+            raise ReplayNotReadyError("buffer holds no samples yet (its schema is unknown); nothing to sample")
+        leaves = self.schema.flatten(out)
+        for lf, x in zip(self.schema.leaves, leaves):
+            want = (n, *lf.shape)
+            if type(x) is not np.ndarray:
+                raise SchemaError(f"out leaf '{lf.name}' is a {type(x).__name__}; expected a numpy array "
+                                  f"{lf.dtype}{list(want)}")
+            if x.dtype != lf.dtype or x.shape != want:
+                raise SchemaError(f"out leaf '{lf.name}' is {x.dtype}{list(x.shape)}; expected {lf.dtype}{list(want)}")
+            if not (x.flags.c_contiguous and x.flags.writeable):
+                raise SchemaError(f"out leaf '{lf.name}' must be C-contiguous and writable")
+        return tuple(leaves)
 
     def update_priorities(self, indices, priorities) -> int:
         """Set new priorities (proportional) or scores (softmax) for sampled ids: O(k log N).
