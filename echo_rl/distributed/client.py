@@ -28,6 +28,7 @@ from echo_rl.core.replay.schema import Schema
 from echo_rl.distributed import protocol as P
 from echo_rl.distributed.server import new_stream_id
 from echo_rl.distributed.shm_ring import RingWriter, ShmRing, check_platform
+from echo_rl.kernels._backend import native_module
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -106,6 +107,8 @@ class ReplayClient:
         self._nkeys = len(self._keys) if self.schema.flat_keys is not None else -1
         self._dts = [np.dtype(lf.dtype.str) for lf in self.schema.leaves]
         self._shapes = [lf.shape for lf in self.schema.leaves]
+        # shared memory: one compiled call stores a flat dict of exact arrays (the replay kernels' add_one)
+        self._nat = native_module() if self.schema.flat_keys is not None else None
         self._sock: socket.socket | None = None
         self._writer: RingWriter | None = None
         self._shm_base = 0  # seq of the current ring's record 0 (moves on a reconnect)
@@ -169,8 +172,7 @@ class ReplayClient:
             if old is not None:  # a new server: republish what the old one never consumed
                 lo, hi = old.acked, old.published
                 if hi > lo:
-                    recs = old.ring.records[np.arange(lo, hi) & old.mask]
-                    self._writer.write_many([recs[n] for n in self.rec.names], hi - lo)
+                    self._writer.write_many(old.ring.rows(lo, hi), hi - lo)
                 self._shm_base += lo
                 old.ring.close()
             return
@@ -244,7 +246,9 @@ class ReplayClient:
                     self._reconnect()
                     w = self._writer
                     h = w._head
-            self._write_fields(w.fields, h & w.mask, sample)
+            if self._nat is None or self._nat.add_one(w.fields_t, self._keys, sample, h & w.mask, None, None, 0,
+                                                      0.0) >= 0:  # not a flat dict of exact arrays: check it
+                self._write_fields(w.fields, h & w.mask, sample)
             w._head = h + 1
             w.ctr[0] = h + 1  # aligned 8-byte store after the record bytes (see shm_ring)
             self._seq = s + 1

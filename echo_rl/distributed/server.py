@@ -279,6 +279,9 @@ class ReplayServer:
         self.buffer.add(P.records_to_tree(self.schema, records))
         if stats is not None:
             stats.note(len(records), records.nbytes)
+        self._note_ready()
+
+    def _note_ready(self) -> None:
         if not self._became_ready and self.buffer.ready:
             self._became_ready = True
             with self._ready:
@@ -498,10 +501,10 @@ class ReplayServer:
             taken = []
             total = 0
             for key, (reader, cid) in rings:
-                recs = reader.peek(self.max_run)
-                if recs is not None:
-                    taken.append((key, reader, cid, recs))
-                    total += len(recs)
+                run = reader.peek(self.max_run)
+                if run is not None:
+                    taken.append((key, reader, cid, run))
+                    total += len(run[0])
             if 0 < total < self.coalesce and not waited and not gone and not self._stop.is_set():
                 waited = True
                 time.sleep(2e-4)
@@ -509,19 +512,22 @@ class ReplayServer:
             waited = False
             if taken:
                 try:
-                    self._store(taken[0][3] if len(taken) == 1 else np.concatenate([t[3] for t in taken]), None)
+                    leaves = taken[0][3] if len(taken) == 1 else [np.concatenate(parts)
+                                                                   for parts in zip(*(t[3] for t in taken))]
+                    self.buffer.add(self.schema.unflatten(leaves))
+                    self._note_ready()
                 except Exception:
                     log.exception("storing samples from shared-memory clients failed; closing their rings")
                     for key, reader, _, _ in taken:
                         reader.mark_closed()
                         gone.add(key)
                 else:
-                    for key, reader, cid, recs in taken:
+                    for key, reader, cid, run in taken:
                         st = self._stats[cid]
-                        st.frames += len(recs)
-                        st.note(len(recs), recs.nbytes)
-                        reader.consume(len(recs))
-                del recs
+                        st.frames += len(run[0])
+                        st.note(len(run[0]), sum(x.nbytes for x in run))
+                        reader.consume(len(run[0]))
+                leaves = run = None  # drop the views into the rings before one can be unmapped
                 taken.clear()
             for key, (reader, cid) in rings:
                 if key in gone and (reader.pending() == 0 or reader.ring.closed):

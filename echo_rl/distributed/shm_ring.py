@@ -2,7 +2,10 @@
 
 Layout: a 256-byte header of int64 counters, each on its own cache line — ``head`` (records ever
 published by the writer), ``tail`` (records ever consumed by the server), then capacity, record
-size and a ``closed`` flag — followed by ``capacity`` records (power of two, so slot = i & mask).
+size and a ``closed`` flag — followed by one region per leaf (struct of arrays, each region
+64-byte aligned) of ``capacity`` rows (power of two, so slot = i & mask). Per-leaf contiguous rows
+let a writer store a whole sample with one compiled call (``add_one`` of the replay kernels) and
+let the server hand contiguous leaf runs to the buffer without repacking.
 The writer fills slots, then stores ``head``; the server reads up to ``head``, adds the records to
 the buffer, then stores ``tail``. No serialisation, no syscall, no per-message ack: ``tail`` *is*
 the acknowledgement — a record below it is in the buffer.
@@ -100,6 +103,16 @@ class _Segment:
             pass
 
 
+def _leaf_layout(rec: np.dtype, capacity: int) -> tuple[list[int], int]:
+    """Byte offset of each leaf's region (64-byte aligned) and the segment size."""
+    offsets, pos = [], HEADER_BYTES
+    for name in rec.names:
+        sub = rec.fields[name][0]
+        offsets.append(pos)
+        pos += -(-capacity * sub.itemsize // 64) * 64
+    return offsets, pos
+
+
 class ShmRing:
     """One ring; ``create`` on the server side, ``attach`` in the writer process."""
 
@@ -111,11 +124,15 @@ class ShmRing:
         self.capacity = int(self.ctr[_CAP])
         if self.ctr[_REC] != rec.itemsize:
             raise ValueError(f"ring record size {int(self.ctr[_REC])} != schema record size {rec.itemsize}")
-        if shm.size < HEADER_BYTES + self.capacity * rec.itemsize:
+        offsets, size = _leaf_layout(rec, self.capacity)
+        if shm.size < size:
             raise ValueError(f"shared-memory segment {shm.name} is too small for its capacity")
         self.mask = self.capacity - 1
-        self.records = np.ndarray((self.capacity,), dtype=rec, buffer=shm.buf, offset=HEADER_BYTES)
-        self.fields = [self.records[name] for name in rec.names]
+        self.fields = []
+        for name, off in zip(rec.names, offsets):
+            sub = rec.fields[name][0]
+            self.fields.append(np.ndarray((self.capacity, *sub.shape), dtype=sub.base, buffer=shm.buf, offset=off))
+        self.fields_t = tuple(self.fields)
 
     @property
     def name(self) -> str:
@@ -125,7 +142,7 @@ class ShmRing:
     def create(cls, rec: np.dtype, capacity: int) -> "ShmRing":
         check_platform()
         cap = _round_pow2(max(2, int(capacity)))
-        shm = _Segment(f"echorl_{os.getpid()}_{uuid.uuid4().hex[:12]}", HEADER_BYTES + cap * rec.itemsize)
+        shm = _Segment(f"echorl_{os.getpid()}_{uuid.uuid4().hex[:12]}", _leaf_layout(rec, cap)[1])
         ctr = np.ndarray((HEADER_BYTES // 8,), dtype=np.int64, buffer=shm.buf)
         ctr[:] = 0
         ctr[_CAP] = cap
@@ -156,10 +173,15 @@ class ShmRing:
     def depth(self) -> int:
         return int(self.ctr[_HEAD]) - int(self.ctr[_TAIL])
 
+    def rows(self, lo: int, hi: int) -> list[np.ndarray]:
+        """Copies of records [lo, hi) (absolute record numbers, hi - lo <= capacity), per leaf."""
+        idx = np.arange(lo, hi) & self.mask
+        return [f[idx] for f in self.fields]
+
     def close(self) -> None:
         """Release the mapping (and, on the owner side, remove the segment)."""
         self.fields = []
-        self.records = None
+        self.fields_t = ()
         self.ctr = None
         self.shm.close()
         if self.owner:
@@ -174,6 +196,7 @@ class RingWriter:
         self.alive = alive  # optional callable: False once the server is known to be gone
         self.ctr = ring.ctr
         self.fields = ring.fields
+        self.fields_t = ring.fields_t
         self.mask = ring.mask
         self.cap = ring.capacity
         self._head = ring.head
@@ -268,8 +291,8 @@ class RingReader:
     def pending(self) -> int:
         return int(self.ctr[_HEAD]) - self._tail
 
-    def peek(self, max_records: int) -> np.ndarray | None:
-        """Up to max_records published records as one contiguous view (stops at the wrap)."""
+    def peek(self, max_records: int) -> list[np.ndarray] | None:
+        """Up to max_records published records as contiguous per-leaf views (stops at the wrap)."""
         h = int(self.ctr[_HEAD])
         n = h - self._tail
         if n <= 0:
@@ -278,7 +301,7 @@ class RingReader:
             raise RuntimeError(f"shared-memory ring corrupt: head {h} is {n} records past tail {self._tail}")
         slot = self._tail & self.mask
         k = min(n, max_records, self.cap - slot)
-        return self.ring.records[slot: slot + k]
+        return [f[slot: slot + k] for f in self.ring.fields]
 
     def consume(self, k: int) -> None:
         self._tail += k

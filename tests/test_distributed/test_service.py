@@ -39,6 +39,32 @@ def test_every_sample_arrives_once_in_order(buffer, transport):
         assert [m[k] for k in client_keys] == [800.0]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_send_checks_every_sample_and_stores_unusual_but_valid_ones(buffer, transport):
+    """The one-call fast path takes exact arrays; anything else is checked in full (and converted
+    or refused naming the leaf) — a refused sample is never published."""
+    from echo_rl.core.replay.schema import SchemaError
+
+    with ReplayServer(buffer) as srv:
+        with ReplayClient(srv.address, example(), transport=transport) as c:
+            c.send(make(4, 0))
+            odd = make(4, 1)
+            odd["obs"] = np.ascontiguousarray(np.stack([odd["obs"], odd["obs"]], 1))[:, 0]  # strided view
+            assert not odd["obs"].flags.c_contiguous
+            c.send(odd)
+            c.send({"obs": [4.0, 2.0, 0, 0, 0, 0], "action": [4_000_002], "done": [False]})  # Python numbers
+            for bad, leaf in (({**make(4, 9), "obs": np.zeros(6, np.float64)}, "obs"),
+                              ({**make(4, 9), "action": np.zeros(2, np.int64)}, "action"),
+                              ({k: v for k, v in make(4, 9).items() if k != "done"}, "done")):
+                with pytest.raises(SchemaError, match=f"'{leaf}'"):
+                    c.send(bad)
+            c.send(make(4, 3))
+            assert c.flush(wait=True, timeout=20) and c.sent == 4
+        np.testing.assert_array_equal(buffer.all_keys(), 4_000_000 + np.array([0, 1, 2, 3]))
+        got = buffer.sample(64)
+        np.testing.assert_array_equal(got.data["obs"][:, 1], got.data["action"][:, 0] - 4_000_000)
+
+
 def test_schema_mismatch_is_refused_naming_the_leaf(buffer):
     with ReplayServer(buffer) as srv:
         bad = {**example(), "obs": np.zeros(5, np.float32)}

@@ -21,8 +21,8 @@ def ring():
     r.close()
 
 
-def _keys(recs):  # field f0 is "action" (schema leaves are sorted by name), which holds the sample's key
-    return list(recs["f0"][:, 0]) if len(recs) else []
+def _keys(run):  # leaf 0 is "action" (schema leaves are sorted by name), which holds the sample's key
+    return list(run[0][:, 0])
 
 
 def test_capacity_rounds_to_power_of_two_and_attach_sees_writes(ring):
@@ -32,8 +32,9 @@ def test_capacity_rounds_to_power_of_two_and_attach_sees_writes(ring):
     schema = Schema.from_example(example())
     _, leaves = schema.check_batch(make_batch(1, 0, 5))
     w.write_many(leaves, 5)
-    recs = r.peek(100)
-    assert len(recs) == 5 and _keys(recs) == [1_000_000 + i for i in range(5)]
+    run = r.peek(100)
+    assert len(run) == len(ring.fields) and all(len(x) == 5 and x.flags.c_contiguous for x in run)  # per leaf
+    assert _keys(run) == [1_000_000 + i for i in range(5)]
     r.consume(5)
     assert w.acked == 5
     other.close()
@@ -51,12 +52,12 @@ def test_wraparound_keeps_order_and_full_ring_blocks_until_consumed(ring):
 
     def drain():
         while len(got) < 20:
-            recs = r.peek(3)
-            if recs is None:
+            run = r.peek(3)
+            if run is None:
                 time.sleep(0.001)
                 continue
-            got.extend(_keys(recs))
-            r.consume(len(recs))
+            got.extend(_keys(run))
+            r.consume(len(run[0]))
 
     t = threading.Thread(target=drain)
     t.start()
