@@ -220,3 +220,38 @@ def test_ray_backend_solves_doorkey_while_actors_are_killed(local_ray, tmp_path)
     assert trainer.agent.collector.restarts == 2
     assert result.evaluation_results["avg_reward"] >= 0.9, result.evaluation_results
     assert result.evaluation_results["success_rate"] >= 0.95, result.evaluation_results
+
+
+@needs_ray
+def test_replay_service_actor_takes_samples_from_ray_writers(local_ray):
+    """Writers in Ray tasks feed the service actor over its own acked path; the learner samples via Ray."""
+    import numpy as np
+
+    from echo_rl.distributed.ray_replay import start_replay_service
+
+    example = {"obs": np.zeros(4, np.float32), "key": np.zeros(1, np.int64)}
+    service, address = start_replay_service(example, 4096, num_cpus=0, min_experiences=1, seed=0)
+    assert address[0] == "127.0.0.1"  # the loopback-only local Ray's node address
+
+    def write(writer: int, n: int) -> int:
+        import numpy as np
+
+        from echo_rl.distributed import ReplayClient
+
+        with ReplayClient(address, {"obs": np.zeros(4, np.float32), "key": np.zeros(1, np.int64)}) as client:
+            for i in range(n):
+                client.send({"obs": np.full(4, writer, np.float32), "key": np.array([writer * 10_000 + i])})
+            client.flush(wait=True, timeout=30)
+            return client.acked
+
+    writer = local_ray.remote(num_cpus=0)(write)
+    try:
+        assert local_ray.get([writer.remote(w, 300) for w in (1, 2)], timeout=120) == [300, 300]
+        m = local_ray.get(service.metrics.remote())
+        assert m["replay/buffer_size"] == 600 and m["replay/samples_added"] == 600
+        batch = local_ray.get(service.sample.remote(32, timeout=10))
+        np.testing.assert_array_equal(batch.data["obs"][:, 0], batch.data["key"][:, 0] // 10_000)
+        assert local_ray.get(service.update_priorities.remote(batch.indices, np.full(32, 3.0))) == 32
+    finally:
+        local_ray.get(service.close.remote())
+        local_ray.kill(service)
