@@ -323,6 +323,43 @@ class ExecutionConfig(ConfigBase):
 
 
 @dataclass
+class LMConfig(ConfigBase):
+    """Language-model agents on text tasks (``echo_rl.training.lm``; guide: docs/lm_training.md).
+
+    On a text task ``--agent ppo`` trains GRPO (PPO's clipped ratio with group-relative
+    advantages, no critic) and ``--agent echo-rl`` adds the ECHO env-output CE
+    (``env_loss_coef``) and the latent plan as soft-prefix embeddings (``--no-plan``,
+    ``--no-kl``, ``--no-world-model`` switch those off).
+    """
+
+    env_loss_coef: float = spec(0.05, help="lambda: weight of the ECHO env-output CE for --agent echo-rl", min=0)
+    learning_rate: float = spec(1e-4, help="AdamW learning rate of the language model during RL", gt=0)
+    group_size: int = spec(4, help="episodes per task seed (one GRPO group); num_actors must be a multiple", min=1)
+    action_mode: str = spec("generate", help="generate: free text, first line parsed; choose: pick among the "
+                                             "admissible actions by likelihood", choices=("generate", "choose"))
+    temperature: float = spec(1.0, help="sampling temperature of training rollouts (evaluation is greedy)", min=0)
+    max_new_tokens: int = spec(16, help="tokens one reply may have at most (generate mode)", min=1)
+    max_turns: int = spec(64, help="turns per episode at most (the environment's own limit also applies)", min=1)
+    clip: float = spec(0.2, help="PPO/GRPO ratio clip epsilon (both sides)", gt=0)
+    max_grad_norm: float = spec(1.0, help="gradient-norm clip of the language model", gt=0)
+    max_staleness: int = spec(1, help="policy versions a trajectory may lag behind the learner", min=0)
+    sft_episodes: int = spec(16, help="expert episodes for the SFT warm start (0: no warm start)", min=0)
+    sft_steps: int = spec(20, help="SFT optimiser steps on those episodes", min=0)
+    sft_learning_rate: float = spec(3e-3, help="learning rate of the SFT warm start", gt=0)
+    sft_cache_dir: str | None = spec(None, help="share SFT results between runs that differ only after SFT "
+                                                "(e.g. a lambda sweep of one seed)")
+    heldout_pool: int = spec(8, help="held-out expert episodes whose env-output CE is measured at each "
+                                     "evaluation (0: none)", min=0)
+    eval_env_config: dict = spec(default_factory=dict, help="environment overrides for held-out evaluation "
+                                                            "(alfworld: split=valid_unseen unless given here)")
+    plan_tokens: int = spec(2, help="soft-prefix rows the latent plan becomes before each action", min=1)
+    max_updates: int = spec(0, help="stop after this many learner updates (0: total_timesteps alone decides)",
+                            min=0)
+    eval_every_updates: int = spec(0, help="evaluate and checkpoint every this many updates (0: by "
+                                           "evaluation_frequency / save_frequency env steps)", min=0)
+
+
+@dataclass
 class TrainingConfig(ConfigBase):
     """One training run (``echo_rl.training.trainer``); a run is a function of (config, seed).
 
@@ -369,6 +406,14 @@ class TrainingConfig(ConfigBase):
     ppo_config: PPOConfig = spec(default_factory=PPOConfig, help="PPO learner")
     bandwidth_config: BandwidthConfig = spec(default_factory=BandwidthConfig, help="bandwidth accounting")
     echo_config: EchoAgentConfig = spec(default_factory=EchoAgentConfig, help="EchoRL vector agent parts")
+    lm_config: LMConfig = spec(default_factory=LMConfig, help="language-model agents on text tasks")
+
+    @property
+    def text_task(self) -> bool:
+        """Trained as a language-model agent: a text-only task, or MiniGrid with a backbone (as text)."""
+        from echo_rl.environments.registry import minigrid_id
+
+        return minigrid_id(self.env_name) is None or self.backbone is not None
 
     def validate(self) -> None:
         from echo_rl.environments.registry import check_task_name
@@ -376,6 +421,8 @@ class TrainingConfig(ConfigBase):
 
         check_task_name(self.env_name)
         check_agent_name(self.agent)
+        if self.text_task:
+            self._validate_text()
         if not (self.device == "cpu" or self.device == "mps" or self.device.startswith("cuda")):
             self._fail("device", self.device, "allowed: cpu, cuda, cuda:N, mps")
         if self.batch_size % self.num_actors:
@@ -384,6 +431,24 @@ class TrainingConfig(ConfigBase):
             self._fail("train_frequency", self.train_frequency, "must be >= 1 or None")
         if self.num_learners > 1:
             self._fail("num_learners", self.num_learners, "the in-process backend runs 1 learner")
+
+    def _validate_text(self) -> None:
+        if self.backbone is None:
+            self._fail("backbone", None, f"text task {self.env_name!r} needs a language-model backbone: tiny, "
+                                         "tiny:<preset> or a local checkpoint directory")
+        from echo_rl.models.api import resolve_api_name
+
+        if resolve_api_name(self.backbone) is not None or self.backbone.startswith(("http://", "https://")):
+            self._fail("backbone", self.backbone, "an API model has no weights to train; training supports tiny, "
+                                                  "tiny:<preset> or a local checkpoint directory (API models run "
+                                                  "in echo-rl benchmark / the react and tot agents)")
+        if self.agent not in ("ppo", "echo-rl"):
+            self._fail("agent", self.agent, "text tasks train with ppo (GRPO) or echo-rl (ECHO + latent plan)")
+        if self.backend != "local":
+            self._fail("backend", self.backend, "text tasks run on the local backend only")
+        if self.num_actors % self.lm_config.group_size:
+            self._fail("num_actors", self.num_actors,
+                       f"must be a multiple of lm_config.group_size={self.lm_config.group_size} (whole GRPO groups)")
 
     @property
     def steps_per_update(self) -> int:

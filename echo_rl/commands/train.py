@@ -24,9 +24,12 @@ _ABLATIONS = {"no_plan": ("echo_config.latent_plan", False), "no_kl": ("planning
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="minigrid, minigrid:<EnvId> (e.g. minigrid:MiniGrid-DoorKey-8x8-v0) "
                                   "or a text task (alfworld, webshop, cruxeval, arc)")
-    p.add_argument("--agent", help="learning agent (default: ppo)")
-    p.add_argument("--backbone", help="language-model backbone for text tasks: a local path or a preset name")
-    p.add_argument("--timesteps", type=int, help="environment steps to train for (TrainingConfig.total_timesteps)")
+    p.add_argument("--agent", help="learning agent (default: ppo; on text tasks ppo is GRPO and echo-rl is "
+                                   "ECHO + latent plan)")
+    p.add_argument("--backbone", help="language-model backbone for text tasks: tiny, tiny:<preset> or a local "
+                                      "checkpoint directory (with a MiniGrid task: MiniGrid as text)")
+    p.add_argument("--timesteps", type=int, help="environment steps to train for (TrainingConfig.total_timesteps; "
+                                                 "text tasks: turns)")
     p.add_argument("--num-actors", type=int, help="parallel environments / actors")
     p.add_argument("--batch-size", type=int, help="transitions per learner update (a multiple of --num-actors)")
     p.add_argument("--seed", type=int, help="seed of the whole run")
@@ -84,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"interrupted at {metrics.total_timesteps:,} env steps; checkpoint saved. Resume with: "
               f"echo-rl train --resume --run-dir {metrics.run_dir}", file=sys.stderr)
         return 130
+    ce = f", held-out env CE {ev['heldout_env_ce']:.3f}" if "heldout_env_ce" in ev else ""
     print(f"done: {metrics.total_timesteps:,} env steps, {metrics.num_updates} updates, "
-          f"{metrics.wall_time:.0f} s | eval success {ev['success_rate']:.3f}, avg reward {ev['avg_reward']:.3f} "
-          f"| run dir {metrics.run_dir}")
+          f"{metrics.wall_time:.0f} s | eval success {ev['success_rate']:.3f}, avg reward {ev['avg_reward']:.3f}"
+          f"{ce} | run dir {metrics.run_dir}")
     return 0

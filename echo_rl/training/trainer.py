@@ -5,11 +5,20 @@ and learning; the trainer owns the schedule (evaluation, checkpoints), the
 run directory, metrics, progress and interruption. ``metrics.jsonl`` holds only
 quantities that are a function of (config, seed) — wall-clock figures go to
 ``timings.jsonl`` — so two runs with one seed write identical metrics.
+
+Text tasks (``config.text_task``: alfworld, webshop, cruxeval, arc, or
+MiniGrid with a ``backbone``) run through the same loop with a language-model
+agent (``echo_rl.training.lm.loop.LMAgent``) whose methods are coroutines: it
+drives the execution engine on this event loop. For them an "env step" is a
+turn and one iteration is one learner update. Their metrics are not
+bit-reproducible: the engine batches concurrent episodes, and batch shapes
+change float rounding.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import signal
 import threading
@@ -22,7 +31,6 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.environments.registry import minigrid_id
 from echo_rl.training.agents import agent_class
 from echo_rl.training.progress import TrainingProgress
 from echo_rl.training.rollout import evaluate_policy, torch_generator
@@ -58,9 +66,6 @@ class EchoRLTrainer:
 
     def __init__(self, config: TrainingConfig, run_dir: str | Path | None = None, resume: bool = False,
                  show_progress: bool = True):
-        if minigrid_id(config.env_name) is None:
-            raise ConfigError(f"training on text task {config.env_name!r} is not implemented yet; "
-                              "supported: minigrid, minigrid:<EnvId>")
         self.config = config
         self.run = RunDirectory(run_dir or default_run_dir(config), config)
         self.resume = resume
@@ -87,36 +92,43 @@ class EchoRLTrainer:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)  # process-wide: restored when train() returns
         try:
+            await _maybe_await(getattr(agent, "start", lambda: None)())
+            if start_step == 0 and getattr(agent, "evaluate_at_start", False):
+                last_eval = await self.aevaluate()
+                metrics_log.log({"train/updates": 0.0, **{f"eval/{k}": v for k, v in last_eval.items()}}, 0)
+                history.append({"step": 0, **last_eval})
             with progress:
-                while agent.env_steps < target and not self._stop:
+                while not self._finished(target) and not self._stop:
                     prev = agent.env_steps
                     tic = time.perf_counter()
-                    row = agent.train_iteration()
+                    row = await _maybe_await(agent.train_iteration())
                     dt = time.perf_counter() - tic
                     step = agent.env_steps
                     row["train/updates"] = float(agent.updates)
-                    if _crossed(prev, step, cfg.evaluation_frequency) and step < target:
-                        last_eval = self.evaluate()
+                    if self._due(prev, step, cfg.evaluation_frequency) and not self._finished(target):
+                        last_eval = await self.aevaluate()
                         row.update({f"eval/{k}": v for k, v in last_eval.items()})
                         history.append({"step": step, **last_eval})
                     metrics_log.log(row, step)
-                    timing = {"time/sps": (step - prev) / dt, "time/elapsed": time.perf_counter() - t0}
+                    timing = {"time/sps": (step - prev) / dt, "time/elapsed": time.perf_counter() - t0,
+                              **getattr(agent, "timings", {})}
                     timings_log.log(timing, step)
                     tb.log({**row, **timing}, step)
                     progress.update(step, row, timing["time/sps"], last_eval)
-                    if _crossed(prev, step, cfg.save_frequency) and step < target:
+                    if self._due(prev, step, cfg.save_frequency) and not self._finished(target):
                         self._checkpoint()
                     await asyncio.sleep(0)
             interrupted = self._stop
             if not interrupted:
-                last_eval = self.evaluate()
-                metrics_log.log({f"eval/{k}": v for k, v in last_eval.items()}, agent.env_steps)
+                last_eval = await self.aevaluate()
+                metrics_log.log({"train/updates": float(agent.updates), **{f"eval/{k}": v for k, v in last_eval.items()}},
+                                agent.env_steps)
                 tb.log({f"eval/{k}": v for k, v in last_eval.items()}, agent.env_steps)
                 history.append({"step": agent.env_steps, **last_eval})
             self._checkpoint()
         finally:
             restore()
-            agent.close()
+            await _maybe_await(agent.close())
             torch.set_num_threads(threads)
             metrics_log.close()
             timings_log.close()
@@ -127,9 +139,18 @@ class EchoRLTrainer:
         self._finish(result, (agent.env_steps - steps0) / max(wall, 1e-9))
         return result
 
+    async def aevaluate(self, episodes: int | None = None) -> dict[str, float]:
+        """:meth:`evaluate` on the running event loop (text agents act through the engine on it)."""
+        if self.config.text_task:
+            return await self.agent.evaluate(episodes or self.config.evaluation_episodes)
+        return self.evaluate(episodes)
+
     def evaluate(self, episodes: int | None = None) -> dict[str, float]:
-        """Success rate and mean return over a fixed, seeded set of evaluation episodes."""
+        """Success rate and mean return over a fixed, seeded set of evaluation episodes (held-out games for
+        text tasks)."""
         cfg = self.config
+        if cfg.text_task:
+            return asyncio.run(self.aevaluate(episodes))
         seed, episodes = cfg.seed + EVAL_SEED_OFFSET, episodes or cfg.evaluation_episodes
         make_envs = lambda n: make_vector_env(cfg.env_name, n, **cfg.env_config)  # noqa: E731
         num_envs = min(cfg.num_actors, 16)
@@ -144,9 +165,23 @@ class EchoRLTrainer:
         self._stop = True
 
     # -- internals ----------------------------------------------------------------
+    def _finished(self, target: int) -> bool:
+        return self.agent.env_steps >= target or getattr(self.agent, "finished", False)
+
+    def _due(self, prev: int, step: int, every: int) -> bool:
+        """Evaluation/checkpoint time: every ``every`` env steps, or on the agent's own cadence (updates)."""
+        own = getattr(self.agent, "due", None)
+        due = own() if own is not None else None
+        return _crossed(prev, step, every) if due is None else due
+
     def build_agent(self, device: torch.device) -> None:
         """Create the training envs and the agent (untrained, or ready to load a checkpoint)."""
         cfg = self.config
+        if cfg.text_task:
+            from echo_rl.training.lm.loop import LMAgent
+
+            self.agent = LMAgent(cfg, device)
+            return
         if cfg.backend == "ray":
             from echo_rl.distributed.ray_backend import build_ray_agent
 
@@ -195,7 +230,12 @@ class EchoRLTrainer:
             "total_timesteps": result.total_timesteps, "num_updates": result.num_updates,
             "evaluation_results": result.evaluation_results, "interrupted": result.interrupted,
             "wall_time_s": round(result.wall_time, 3), "env_steps_per_s": round(sps, 1),
+            **({"backbone": self.config.backbone, "text_task": True} if self.config.text_task else {}),
         })
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 def _crossed(prev: int, now: int, every: int) -> bool:

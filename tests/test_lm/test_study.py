@@ -1,11 +1,11 @@
-"""The study summary: means and t-based 95% intervals over seeds, per λ and update."""
+"""The study summary: means and t-based 95% intervals over seeds, per arm and update, paired to GRPO."""
 
 import json
 import math
 
 import pytest
 
-from echo_rl.training.lm.study import ci95, summarize, write_summary
+from echo_rl.training.lm.study import ARMS, ci95, main, run_config, summarize, write_summary
 
 
 def test_ci95_by_hand():
@@ -14,38 +14,55 @@ def test_ci95_by_hand():
     assert math.isnan(ci95([0.5])[1]) and math.isnan(ci95([])[0])
 
 
-def test_summary_over_seeds(tmp_path):
-    def write(lam, seed, succ, ce):
-        d = tmp_path / f"lam{lam:g}-seed{seed}"
-        d.mkdir()
-        rows = [{"step": 0, "eval_success": 0.0, "heldout_env_ce": 7.0 + seed},
-                {"step": 5, "eval_success": succ, "heldout_env_ce": ce, "success": succ}]
-        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+def _write(root, arm, seed, rows):
+    d = root / f"{arm}-seed{seed}"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-    write(0.05, 0, 0.25, 4.0)
-    write(0.05, 1, 0.75, 6.0)
-    write(0.0, 0, 0.25, 7.0)
-    write(0.0, 1, 0.5, 8.0)
-    table = summarize(tmp_path, [0.0, 0.05], [0, 1])
-    mean, half, n = table["0.05"][5]["eval_success"]
+
+def _run(succ, ce, train):
+    return [{"step": 0, "train/updates": 0.0, "eval/success_rate": 0.0, "eval/heldout_env_ce": 7.0},
+            {"step": 9, "train/updates": 1.0, "episode/success_rate": train[0]},
+            {"step": 20, "train/updates": 2.0, "episode/success_rate": train[1], "eval/success_rate": succ,
+             "eval/heldout_env_ce": ce}]
+
+
+def test_summary_over_seeds(tmp_path):
+    _write(tmp_path, "echo0.05", 0, _run(0.25, 4.0, [0.0, 0.5]))
+    _write(tmp_path, "echo0.05", 1, _run(0.75, 6.0, [0.5, 0.5]))
+    _write(tmp_path, "grpo", 0, _run(0.25, 7.0, [0.0, 0.0]))
+    _write(tmp_path, "grpo", 1, _run(0.5, 8.0, [0.0, 0.0]))
+    table = summarize(tmp_path, ["grpo", "echo0.05"], [0, 1])
+    mean, half, n = table["echo0.05"][2]["success"]
     assert (mean, n) == (0.5, 2) and half == pytest.approx(12.7062 * 0.353553 / math.sqrt(2), rel=1e-4)
-    # paired differences to lambda = 0: CE -3 and -2 -> mean -2.5; success 0 and +0.25
-    d_mean, d_half, _ = table["0.05"][5]["d_heldout_env_ce"]
+    # paired differences to GRPO: CE -3 and -2 -> mean -2.5; success 0 and +0.25
+    d_mean, d_half, _ = table["echo0.05"][2]["d_heldout_env_ce"]
     assert d_mean == -2.5 and d_half == pytest.approx(12.7062 * 0.707107 / math.sqrt(2), rel=1e-4)
-    assert table["0.05"][5]["d_eval_success"][0] == 0.125 and "d_eval_success" not in table["0"][5]
-    write_summary(tmp_path, table, {"updates": 5})
+    assert table["echo0.05"][2]["d_success"][0] == 0.125 and "d_success" not in table["grpo"][2]
+    # training success: mean over the updates since the previous evaluation (0.25 and 0.5 -> 0.375)
+    assert table["echo0.05"][2]["train_success"][0] == 0.375 and "train_success" not in table["grpo"][0]
+    write_summary(tmp_path, table, {"updates": 2})
     md = (tmp_path / "summary.md").read_text()
-    assert "| 0.05 | 5 | 0.500 ± " in md and "| -2.500 ± " in md
-    assert "| 0 | 0 | 0.000 ± 0.000 |  | 7.500 ± 6.353 |" in md
+    assert "| echo0.05 | 2 | 0.500 ± " in md and "| -2.500 ± " in md
+    assert "| grpo | 0 | 0.000 ± 0.000 |  | 7.000 ± 0.000 |" in md
+
+
+def test_arms_are_real_training_configs(tmp_path):
+    import argparse
+
+    args = argparse.Namespace(task="minigrid:MiniGrid-Empty-Random-5x5-v0", max_steps=10, backbone="tiny",
+                              group_size=4, groups=2, eval_episodes=16, lr=3e-4, temperature=1.0, sft_episodes=8,
+                              sft_steps=30, heldout_pool=8, updates=60, eval_every=10)
+    cfgs = {a: run_config(args, tmp_path, a, 1) for a in ARMS}
+    assert cfgs["grpo"].agent == "ppo" and cfgs["grpo"].text_task and cfgs["grpo"].seed == 1
+    assert cfgs["echo0.01"].lm_config.env_loss_coef == 0.01 and not cfgs["echo0.01"].echo_config.latent_plan
+    assert cfgs["echo0.05+plan"].echo_config.latent_plan and cfgs["echo0.05+plan"].agent == "echo-rl"
+    assert {c.lm_config.max_updates for c in cfgs.values()} == {60} and cfgs["grpo"].num_actors == 8
 
 
 def test_summarize_only_cli(tmp_path, capsys):
-    from echo_rl.training.lm.study import main
-
-    d = tmp_path / "lam0-seed0"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({"updates": 3, "lam": 0.0, "seed": 0}))
-    (d / "metrics.jsonl").write_text(json.dumps({"step": 3, "eval_success": 1.0, "heldout_env_ce": 2.0}) + "\n")
-    assert main(["--out", str(tmp_path), "--seeds", "0", "--lams", "0", "--summarize-only"]) == 0
+    _write(tmp_path, "grpo", 0, [{"step": 3, "train/updates": 3.0, "eval/success_rate": 1.0,
+                                  "eval/heldout_env_ce": 2.0}])
+    assert main(["--out", str(tmp_path), "--seeds", "0", "--arms", "grpo", "--summarize-only"]) == 0
     out = capsys.readouterr().out
-    assert "| 0 | 3 | 1.000 |" in out and '"updates": 3' in out and '"lam"' not in out
+    assert "| grpo | 3 | 1.000 |" in out and (tmp_path / "study.png").is_file()

@@ -19,6 +19,7 @@ from echo_rl.algorithms.grpo import group_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, reduce_tokens, response_mask,
                                                sequence_logprobs)
 from echo_rl.training.lm.batch import collate
+from echo_rl.training.lm.plan import LMPlanner, plan_kl, planned_forward
 from echo_rl.types import TokenTrajectory
 
 
@@ -36,6 +37,9 @@ class LMLearnerConfig:
     pg_reduction: str = "token_mean"
     pg_temperature: float = 1.0   # the rollout temperature (the engine's log-probs are at it); 0 means 1
     max_staleness: int = 1        # versions a trajectory may lag behind the learner
+    plan_kl_weight: float = 0.0   # weight of KL[p(τ_k) || p(τ_k-1)] between consecutive plans (with a planner)
+    plan_learning_rate: float = 3e-4
+    plan_max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.lam, (int, float)):
@@ -48,18 +52,48 @@ class LMLearnerConfig:
 
 
 class LMLearner:
-    """Owns the trainable model, its optimiser and the policy version."""
+    """Owns the trainable model (and the latent planner, if any), its optimiser and the policy version.
+
+    With a ``planner`` every action is scored with its plan's soft prefix before it, exactly as the engine
+    sampled it (:func:`~echo_rl.training.lm.plan.planned_forward`); the trajectories carry the actor's
+    ε in ``info["plan_eps"]`` (expert demonstrations use the plan mean, ε = 0).
+    """
 
     def __init__(self, model: Any, pad_id: int, config: LMLearnerConfig | None = None,
-                 ref_model: Any | None = None) -> None:
+                 ref_model: Any | None = None, planner: LMPlanner | None = None) -> None:
         self.model, self.pad_id = model, int(pad_id)
         self.config = config or LMLearnerConfig()
         self.ref_model = ref_model
+        self.planner = planner
         if self.config.kl_coef and ref_model is None:
             raise ValueError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.learning_rate)
+        self.optimizer = self.make_optimizer(self.config.learning_rate)
         self.version = 0
         self.steps = 0
+
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        groups = [{"params": list(self.model.parameters()), "lr": lr}]
+        if self.planner is not None:
+            groups.append({"params": list(self.planner.parameters()), "lr": self.config.plan_learning_rate})
+        return torch.optim.AdamW(groups)
+
+    def _plan_eps(self, trajectories: Sequence[TokenTrajectory]) -> list:
+        out = []
+        for t in trajectories:
+            eps = t.info.get("plan_eps")
+            if eps is None:
+                if t.info.get("source") != "expert":
+                    raise ValueError(f"trajectory {t.episode_id} has no info['plan_eps']: it was not sampled with "
+                                     "a latent plan, but this learner has a planner")
+                eps = np.zeros((t.num_turns, self.planner.latent_dim), np.float32)
+            out.append(eps)
+        return out
+
+    def _policy_logits(self, trajectories: Sequence[TokenTrajectory], batch: Any) -> tuple[torch.Tensor, list]:
+        if self.planner is None:
+            return self._logits(self.model, batch), []
+        return planned_forward(self.model, self.planner, trajectories, self._plan_eps(trajectories),
+                               batch.input_ids.shape[1])
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -87,7 +121,7 @@ class LMLearner:
             adv = torch.as_tensor(np.asarray(advantages, np.float32), device=batch.returns.device)
         w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=adv.device)
         self.model.train()
-        logits = self._logits(self.model, batch)
+        logits, dists = self._policy_logits(trajectories, batch)
         ref = None
         if self.ref_model is not None and cfg.kl_coef:
             with torch.no_grad():
@@ -98,8 +132,10 @@ class LMLearner:
                           ce_target=cfg.ce_target, ce_normalization=cfg.ce_normalization,
                           pg_temperature=cfg.pg_temperature or 1.0, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                           ref_logprobs=ref, kl_coef=cfg.kl_coef, pg_reduction=cfg.pg_reduction, weights=w)
-        metrics = self._step(terms.loss)
+        loss, kl_metrics = self._with_plan_kl(terms.loss, dists)
+        metrics = self._step(loss)
         metrics.update(terms.metrics)
+        metrics.update(kl_metrics)
         metrics.update({"return_mean": float(batch.returns.mean()), "advantage_abs_mean": float(adv.abs().mean()),
                         "staleness_max": float(self.version - batch.policy_version.min())})
         return metrics
@@ -108,20 +144,32 @@ class LMLearner:
         """Behaviour cloning: CE on action tokens (+ ``env_lambda`` · env CE), e.g. on expert episodes."""
         batch = collate(trajectories, self.pad_id).to(self._device())
         self.model.train()
-        lp = sequence_logprobs(self._logits(self.model, batch), batch.input_ids)
+        logits, dists = self._policy_logits(trajectories, batch)
+        lp = sequence_logprobs(logits, batch.input_ids)
         resp = response_mask(batch.prompt_length, batch.input_ids.shape[1], batch.attention_mask)
         act = action_mask(batch.roles, resp)
         action_ce = reduce_tokens(-lp, act, "token_mean")
         env_ce = env_ce_loss(lp, ce_mask(batch.roles, resp, self.config.ce_target), batch.env_output_count)
         loss = action_ce + env_lambda * env_ce if env_lambda else action_ce
+        loss, kl_metrics = self._with_plan_kl(loss, dists)
         metrics = self._step(loss)
+        metrics.update(kl_metrics)
         metrics.update({"sft_action_ce": float(action_ce.detach()), "env_ce": float(env_ce.detach())})
         return metrics
+
+    def _with_plan_kl(self, loss: torch.Tensor, dists: list) -> tuple[torch.Tensor, dict[str, float]]:
+        if self.planner is None:
+            return loss, {}
+        kl = plan_kl(dists)
+        std = torch.cat([d.std for d in dists]).mean()
+        return loss + self.config.plan_kl_weight * kl, {"plan_kl": float(kl.detach()), "plan_std": float(std.detach())}
 
     def _step(self, loss: torch.Tensor) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        if self.planner is not None:
+            torch.nn.utils.clip_grad_norm_(self.planner.parameters(), self.config.plan_max_grad_norm)
         self.optimizer.step()
         self.steps += 1
         self.version += 1

@@ -1,16 +1,24 @@
-"""A language-model agent learning on a text task: SFT warm start, then ECHO/GRPO updates.
+"""The text branch of :class:`~echo_rl.training.trainer.EchoRLTrainer`: a language-model agent.
 
-Each update draws ``groups_per_update`` task seeds, runs ``group_size``
-episodes per seed concurrently through the engine (so the engine batches
-them and the siblings share the prompt's KV), takes one learner step, and
-sends the new weights to the engine under a new policy version. Every
-``eval_every`` updates: greedy success on held-out seeds, and the env-output
-CE on a fixed pool of held-out expert trajectories (the paper's world-model
-metric). Metrics go to ``metrics.jsonl`` in the run directory, with a
-checkpoint (model, optimiser, step) written atomically for resume.
+``LMAgent`` has the agent interface the trainer drives (``train_iteration``,
+``evaluate``, ``state_dict``...), so text tasks share the trainer's one loop:
+run directory, evaluation schedule, checkpoints, resume, progress, metrics.
 
-The model is a local causal LM (a tiny preset or a checkpoint directory);
-this loop is what ``EchoRLTrainer`` will call for text tasks.
+One iteration = one learner update: rounds of ``num_actors`` concurrent
+episodes through the engine (``num_actors / group_size`` task seeds ×
+``group_size`` episodes each, so the engine batches them and siblings share
+the prompt's KV) until ``batch_size`` environment steps (turns) are collected;
+then one ECHO/GRPO step; then the new weights reach the engine under a new
+policy version (no stale KV is reused). Before the first update: an optional
+SFT warm start on expert episodes. Evaluation: greedy success on held-out
+games (ALFWorld's ``valid_unseen``; seeds disjoint from training elsewhere)
+and the env-output CE on a fixed pool of held-out expert episodes (the
+paper's world-model metric).
+
+TrainingConfig → this agent: ``agent=ppo`` is GRPO (λ = 0), ``agent=echo-rl``
+is ECHO (λ = ``lm_config.env_loss_coef``, 0 with ``echo_config.world_model_coef
+= 0``) plus the latent plan (off with ``echo_config.latent_plan = False``; its
+KL weight is ``planning_config.kl_weight``).
 """
 
 from __future__ import annotations
@@ -21,212 +29,285 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from echo_rl.config import ConfigError, ExecutionConfig
-from echo_rl.training.lm.chat_delta import ChatRenderer
+from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.training.lm.plan import EpisodePlan, LMPlanner
 from echo_rl.training.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
 from echo_rl.training.lm.sft import expert_trajectory
-from echo_rl.utils.monitoring import JsonlLogger
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
+HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
 
-
-@dataclass
-class LMTrainConfig:
-    env_name: str = "minigrid"
-    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"env_id": "MiniGrid-Empty-Random-5x5-v0",
-                                                                "max_steps": 10})
-    backbone: str = "tiny"
-    seed: int = 0
-    updates: int = 20
-    groups_per_update: int = 2
-    group_size: int = 4
-    lam: float = 0.05
-    learning_rate: float = 1e-4
-    action_mode: str = "generate"
-    temperature: float = 1.0
-    max_turns: int = 10
-    max_new_tokens: int = 8
-    sft_episodes: int = 16
-    sft_steps: int = 20
-    sft_learning_rate: float = 3e-3
-    sft_cache_dir: str | None = None  # share SFT results between runs that differ only after SFT
-    eval_every: int = 5
-    eval_episodes: int = 16
-    heldout_pool: int = 8
-
-    def __post_init__(self) -> None:
-        for name in ("updates", "groups_per_update", "group_size", "eval_every", "eval_episodes", "heldout_pool"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)} is invalid: must be >= 1")
-        if self.lam < 0:
-            raise ConfigError(f"lam={self.lam} is invalid: must be >= 0")
+# task -> (training overrides, evaluation overrides): tasks with a real held-out split use it
+SPLITS: dict[str, tuple[dict, dict]] = {"alfworld": ({"split": "valid_train"}, {"split": "valid_unseen"})}
 
 
 def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
     """(model, tokenizer) of a local backbone: a tiny preset or a checkpoint directory with a tokenizer."""
     import transformers
 
+    from echo_rl.models.api import resolve_api_name
     from echo_rl.models.tiny import PRESETS, tiny_checkpoint
 
     preset = backbone.split(":", 1)[1] if backbone.startswith("tiny:") else "tiny" if backbone == "tiny" else \
         backbone if backbone in PRESETS else None
     if preset is not None:
         path = tiny_checkpoint(preset, seed=seed)
+    elif resolve_api_name(backbone) is not None or backbone.startswith(("http://", "https://")):
+        raise ConfigError(f"backbone={backbone!r} is invalid: API models cannot be trained (no weights); training "
+                          f"supports tiny, {', '.join('tiny:' + p for p in PRESETS)} or a local checkpoint directory")
     else:
         path = Path(backbone).expanduser()
         if not (path / "config.json").is_file():
-            raise ConfigError(f"backbone={backbone!r} is invalid: training needs a tiny preset (tiny, "
-                              f"{', '.join('tiny:' + p for p in PRESETS)}) or a local checkpoint directory; "
-                              "API models cannot be trained")
+            raise ConfigError(f"backbone={backbone!r} is invalid: not a tiny preset (tiny, "
+                              f"{', '.join('tiny:' + p for p in PRESETS)}) nor a local checkpoint directory "
+                              "with config.json")
         if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             raise ConfigError(f"backbone={str(path)!r} is invalid: the checkpoint directory has no tokenizer "
                               "(tokenizer.json / tokenizer_config.json)")
     tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if not getattr(tok, "chat_template", None):
+        raise ConfigError(f"backbone={backbone!r} is invalid: its tokenizer has no chat template "
+                          "(tokenizer_config.json: chat_template)")
+    check_prefix_preserving(ChatRenderer(tok))  # a template that rewrites earlier turns: one clear error, first
+    transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars in training logs
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
                                                               dtype=torch.float32)
     return model.eval(), tok
 
 
-class LMTrainer:
-    def __init__(self, config: LMTrainConfig, run_dir: str | Path, execution: ExecutionConfig | None = None) -> None:
-        self.config = config
-        self.run_dir = Path(run_dir)
-        self.execution = execution or ExecutionConfig()
+def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
+    train, evaluation = SPLITS.get(config.env_name, ({}, {}))
+    kw = {**train, **config.env_config}
+    return {**kw, **evaluation, **config.lm_config.eval_env_config} if held_out else kw
 
-    def _env(self) -> Any:
+
+class LMAgent:
+    """A causal LM acting through the execution engine and learning with ECHO/GRPO (see module doc)."""
+
+    evaluate_at_start = True  # success and env CE before the first update: the start of every curve
+
+    def __init__(self, config: TrainingConfig, device: torch.device) -> None:
         from echo_rl.environments.registry import make_env
 
-        return make_env(self.config.env_name, **self.config.env_kwargs)
+        self.config, self.device = config, device
+        lm = config.lm_config
+        self._make_env = make_env
+        torch.manual_seed(config.seed)
+        model, self.tokenizer = load_policy(config.backbone, config.seed)
+        self.renderer = ChatRenderer(self.tokenizer)
+        probe = self.env(held_out=False)
+        if (lm.sft_episodes and lm.sft_steps or lm.heldout_pool) and not getattr(probe, "has_expert", False):
+            raise ConfigError(f"lm_config.sft_episodes / heldout_pool need expert demonstrations, which task "
+                              f"{config.env_name!r} does not have: set both to 0")
+        self.model = model.to(device)
+        self.use_plan = config.agent == "echo-rl" and config.echo_config.latent_plan
+        self.lam = lm.env_loss_coef if config.agent == "echo-rl" and config.echo_config.world_model_coef > 0 else 0.0
+        pc = config.planning_config
+        self.planner = (LMPlanner(self.model.config.hidden_size, pc, lm.plan_tokens).to(device)
+                        if self.use_plan else None)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.learner = LMLearner(self.model, pad, LMLearnerConfig(
+            learning_rate=lm.learning_rate, max_grad_norm=lm.max_grad_norm, lam=self.lam, clip_low=lm.clip,
+            clip_high=lm.clip, pg_temperature=lm.temperature or 1.0, max_staleness=lm.max_staleness,
+            plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm),
+            planner=self.planner)
+        self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
+                                            max_new_tokens=lm.max_new_tokens, temperature=lm.temperature)
+        self.env_steps = 0
+        self.updates = 0
+        self.sft_done = not (lm.sft_episodes and lm.sft_steps)
+        self.next_seed = config.seed
+        self.timings: dict[str, float] = {}
+        self._pending: dict[str, float] = {}
+        self._heldout: list | None = None
+        self.engine = None
 
-    async def train(self) -> list[dict[str, float]]:
+    @property
+    def finished(self) -> bool:
+        n = self.config.lm_config.max_updates
+        return bool(n) and self.updates >= n
+
+    def due(self) -> bool | None:
+        """Evaluate/checkpoint now (after an update)? None: the trainer's env-step schedule decides."""
+        n = self.config.lm_config.eval_every_updates
+        return None if not n else self.updates % n == 0
+
+    # -- lifecycle ------------------------------------------------------------------
+    def env(self, held_out: bool) -> Any:
+        return self._make_env(self.config.env_name, **env_kwargs(self.config, held_out))
+
+    async def start(self) -> None:
+        """Warm start (fresh runs), then the engine on a copy of the current weights."""
         from echo_rl.engine.engine import AsyncExecutionEngine
 
-        cfg = self.config
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=1))
-        torch.manual_seed(cfg.seed)
-        model, tok = load_policy(cfg.backbone, cfg.seed)
-        renderer = ChatRenderer(tok)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        learner = LMLearner(model, pad, LMLearnerConfig(learning_rate=cfg.sft_learning_rate, lam=cfg.lam,
-                                                        pg_temperature=cfg.temperature or 1.0))
-        rng = np.random.default_rng(cfg.seed)
-        heldout = [expert_trajectory(self._env(), renderer, seed=HELD_OUT_SEED_BASE + 10_000 + i,
-                                     max_turns=cfg.max_turns) for i in range(cfg.heldout_pool)]
-        history: list[dict[str, float]] = []
-        ckpt = self.run_dir / "checkpoint.pt"
-        start = 0
-        if ckpt.is_file():
-            state = torch.load(ckpt, weights_only=False)
-            model.load_state_dict(state["model"])
-            learner.optimizer.load_state_dict(state["optimizer"])
-            learner.steps, learner.version, start = state["learner_steps"], state["version"], state["update"]
-            rng = np.random.default_rng(state["rng_seed"])
-        log = JsonlLogger(self.run_dir / "metrics.jsonl").open(truncate_after_step=start if start else None)
-        if not start and cfg.sft_steps and cfg.sft_episodes:
-            history.append(self._log(log, self._sft(learner, renderer, rng), 0))
-            # SFT is the starting point of the RL policy: version 0, a fresh optimiser
-            learner.version = 0
-            learner.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
-        elif not start:
-            for group in learner.optimizer.param_groups:
-                group["lr"] = cfg.learning_rate
-        engine_model = copy.deepcopy(model).eval()
-        rcfg = RolloutConfig(action_mode=cfg.action_mode, max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens,
-                             temperature=cfg.temperature)
-        async with AsyncExecutionEngine(self.execution, engine_model) as engine:
-            if learner.version:
-                await engine.update_weights(learner.state_dict_for_engine(), version=learner.version)
-            scorer = CandidateScorer(engine_model, lambda: engine.policy_version)
-            worker = LMRolloutWorker(engine, renderer, rcfg, scorer=scorer)
-            eval_worker = LMRolloutWorker(engine, renderer, RolloutConfig(**{**asdict(rcfg), "temperature": 0.0}),
-                                          scorer=scorer)
-            if start == 0:
-                history.append(self._log(log, await self._evaluate(eval_worker, learner, heldout), 0))
-            for update in range(start + 1, cfg.updates + 1):
-                t0 = time.perf_counter()
-                seeds = rng.integers(0, HELD_OUT_SEED_BASE, cfg.groups_per_update)
-                draws = rng.integers(0, 2**31, len(seeds) * cfg.group_size)
-                jobs = [worker.episode(self._env(), seed=int(s), group_id=g, episode_id=g * cfg.group_size + k,
-                                       sample_seed=int(draws[g * cfg.group_size + k]))
-                        for g, s in enumerate(seeds) for k in range(cfg.group_size)]
-                results = await asyncio.gather(*jobs, return_exceptions=True)
-                # one failing episode (an env error, an admission timeout) drops out; it must not abort the step
-                fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
-                if fatal:
-                    raise fatal[0]
-                failed = [r for r in results if isinstance(r, Exception)]
-                trajs = [r for r in results if not isinstance(r, Exception)]
-                if not trajs:
-                    raise RuntimeError(f"every rollout of update {update} failed; first error: {failed[0]!r}")
-                t1 = time.perf_counter()
-                m = learner.update(trajs)
-                await engine.update_weights(learner.state_dict_for_engine(), version=learner.version)
-                m.update({"success": float(np.mean([t.info["won"] for t in trajs])),
-                          "rollouts_failed": float(len(failed)),
-                          "rollout_s": t1 - t0, "update_s": time.perf_counter() - t1,
-                          "turns_mean": float(np.mean([t.num_turns for t in trajs]))})
-                m.update({f"engine_{k}": v for k, v in engine.snapshot().items()
-                          if k.startswith("bw_") or k in ("policy_version", "cache_tokens", "kv_reuse_rate")})
-                if update % cfg.eval_every == 0 or update == cfg.updates:
-                    m.update(await self._evaluate(eval_worker, learner, heldout))
-                history.append(self._log(log, m, update))
-                next_seed = int(rng.integers(2**31))
-                rng = np.random.default_rng(next_seed)  # a resumed run draws exactly what this one would
-                self._checkpoint(ckpt, model, learner, update, next_seed)
-        log.close()
-        return history
+        if not self.sft_done:
+            self._pending = {f"sft/{k}": v for k, v in self._sft().items()}
+            self.sft_done = True
+            self.learner.version = 0  # SFT is the starting point of the RL policy: version 0, a fresh optimiser
+            self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
+        self.engine_model = copy.deepcopy(self.model).eval()
+        self.engine_planner = copy.deepcopy(self.planner).eval() if self.planner is not None else None
+        self.engine = await AsyncExecutionEngine(self.config.execution_config, self.engine_model).start()
+        if self.learner.version:
+            await self.engine.update_weights(None, version=self.learner.version)
+        scorer = CandidateScorer(self.engine_model, lambda: self.engine.policy_version)
+        plan = None
+        if self.engine_planner is not None:
+            embed = self.engine_model.get_input_embeddings()
+            plan = lambda rng: EpisodePlan(self.engine_planner, embed, rng)  # noqa: E731
+        self.worker = LMRolloutWorker(self.engine, self.renderer, self.rollout_config, scorer=scorer, plan=plan)
+        greedy = RolloutConfig(**{**self.rollout_config.__dict__, "temperature": 0.0})
+        self.eval_worker = LMRolloutWorker(self.engine, self.renderer, greedy, scorer=scorer, plan=plan)
 
-    def _sft(self, learner: LMLearner, renderer: ChatRenderer, rng: np.random.Generator) -> dict[str, float]:
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.stop()
+            self.engine = None
+
+    # -- acting and learning ----------------------------------------------------------
+    async def train_iteration(self) -> dict[str, float]:
+        cfg, lm = self.config, self.config.lm_config
+        t0 = time.perf_counter()
+        rng = np.random.default_rng(self.next_seed)
+        trajs, failed, steps, rnd = [], [], 0, 0
+        groups = cfg.num_actors // lm.group_size
+        while steps < cfg.batch_size or not trajs:
+            if rnd >= 100 and not trajs:
+                raise RuntimeError(f"every rollout of update {self.updates + 1} failed; first error: {failed[0]!r}")
+            seeds = rng.integers(0, HELD_OUT_SEED_BASE, groups)
+            draws = rng.integers(0, 2**31, groups * lm.group_size)
+            base = rnd * groups
+            jobs = [self.worker.episode(self.env(held_out=False), seed=int(s), group_id=base + g,
+                                        episode_id=(base + g) * lm.group_size + k,
+                                        sample_seed=int(draws[g * lm.group_size + k]))
+                    for g, s in enumerate(seeds) for k in range(lm.group_size)]
+            results = await asyncio.gather(*jobs, return_exceptions=True)
+            fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
+            if fatal:
+                raise fatal[0]
+            # one failing episode (an env error, an admission timeout) drops out; it must not abort the step
+            failed += [r for r in results if isinstance(r, Exception)]
+            new = [r for r in results if not isinstance(r, Exception)]
+            trajs += new
+            steps += sum(t.num_turns for t in new)
+            rnd += 1
+        t1 = time.perf_counter()
+        m = self.learner.update(trajs)
+        self.engine.bandwidth_tracker.record_learner_update(
+            self.config.bandwidth_config.pg_loss_weight * abs(m.get("pg_loss", m["loss"])))
+        await self.engine.update_weights(self.learner.state_dict_for_engine(), version=self.learner.version)
+        if self.engine_planner is not None:
+            self.engine_planner.load_state_dict(self.planner.state_dict())
+        self.env_steps += steps
+        self.updates += 1
+        self.next_seed = int(rng.integers(2**31))  # a resumed run draws exactly what this one would
+        row = {"episode/success_rate": float(np.mean([t.info["won"] for t in trajs])),
+               "episode/return": float(np.mean([t.total_reward for t in trajs])),
+               "episode/length": float(np.mean([t.num_turns for t in trajs])),
+               "episode/count": float(len(trajs)), "episode/failed": float(len(failed)),
+               "lm/lambda": self.lam, "lm/plan": float(self.use_plan)}
+        row.update({f"lm/{k}": v for k, v in m.items()})
+        row.update(self._pending)
+        self._pending = {}
+        snap = self.engine.snapshot()
+        row.update({"engine/kv_reuse_rate": snap["kv_reuse_rate"], "engine/eta_bw": snap["bw_eta_bw"],
+                    "engine/policy_version": snap["policy_version"]})
+        self.timings = {"time/rollout_s": t1 - t0, "time/update_s": time.perf_counter() - t1,
+                        "time/etps": snap["etps"], "time/engine_computed_tokens_per_s": snap["computed_tokens_per_s"]}
+        return row
+
+    async def evaluate(self, episodes: int) -> dict[str, float]:
+        """Greedy success on held-out games + env-output CE on the held-out expert pool."""
+        own = self.engine is None
+        if own:  # called outside training (echo-rl eval): a short-lived engine
+            sft_done, self.sft_done = self.sft_done, True
+            await self.start()
+            self.sft_done = sft_done
+        try:
+            trajs = await asyncio.gather(*[self.eval_worker.episode(self.env(held_out=True),
+                                                                    seed=HELD_OUT_SEED_BASE + i, episode_id=i)
+                                           for i in range(episodes)])
+        finally:
+            if own:
+                await self.close()
+        out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
+               "avg_reward": float(np.mean([t.total_reward for t in trajs])),
+               "avg_length": float(np.mean([t.num_turns for t in trajs])),
+               "episodes": float(episodes)}
+        pool = self.heldout_pool()
+        if pool:
+            out["heldout_env_ce"] = self.learner.held_out_env_ce(pool)
+        return out
+
+    def heldout_pool(self) -> list:
+        if self._heldout is None:
+            n, turns = self.config.lm_config.heldout_pool, self.config.lm_config.max_turns
+            self._heldout = [expert_trajectory(self.env(held_out=True), self.renderer,
+                                               seed=HELD_OUT_SEED_BASE + HELD_OUT_POOL_OFFSET + i, max_turns=turns)
+                             for i in range(n)]
+        return self._heldout
+
+    def _sft(self) -> dict[str, float]:
         """Warm start on expert episodes; with ``sft_cache_dir`` the result is shared by runs that differ only
-        after SFT (e.g. a λ sweep of one seed)."""
-        cfg = self.config
-        seeds = [int(s) for s in rng.integers(0, HELD_OUT_SEED_BASE, cfg.sft_episodes)]
+        after SFT (e.g. the λ arms of one seed)."""
+        cfg, lm = self.config, self.config.lm_config
+        rng = np.random.default_rng([cfg.seed, 7])
+        seeds = [int(s) for s in rng.integers(0, HELD_OUT_SEED_BASE, lm.sft_episodes)]
         cache = None
-        if cfg.sft_cache_dir:
-            key = {k: getattr(cfg, k) for k in ("backbone", "seed", "env_name", "env_kwargs", "sft_episodes",
-                                                 "sft_steps", "sft_learning_rate", "max_turns")}
+        if lm.sft_cache_dir:
+            key = {"backbone": cfg.backbone, "seed": cfg.seed, "env_name": cfg.env_name,
+                   "env": env_kwargs(cfg, False), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
+                                                          lm.max_turns],
+                   "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-            cache = Path(cfg.sft_cache_dir) / f"sft-{digest}.pt"
+            cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
             if cache.is_file():
-                state = torch.load(cache, weights_only=False)
-                learner.model.load_state_dict(state["model"])
-                return {**state["metrics"], "phase_sft": 1.0, "sft_cached": 1.0}
-        demos = [expert_trajectory(self._env(), renderer, seed=s, max_turns=cfg.max_turns) for s in seeds]
-        for _ in range(cfg.sft_steps):
-            m = learner.sft_update(demos)
+                state = torch.load(cache, weights_only=True)
+                self.model.load_state_dict(state["model"])
+                if self.planner is not None:
+                    self.planner.load_state_dict(state["planner"])
+                return {**state["metrics"], "cached": 1.0}
+        self.learner.optimizer = self.learner.make_optimizer(lm.sft_learning_rate)
+        demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns)
+                 for s in seeds]
+        m: dict[str, float] = {}
+        for _ in range(lm.sft_steps):
+            m = self.learner.sft_update(demos)
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            torch.save({"model": learner.model.state_dict(), "metrics": m}, tmp)
+            torch.save({"model": self.model.state_dict(), "metrics": m,
+                        "planner": self.planner.state_dict() if self.planner is not None else {}}, tmp)
             os.replace(tmp, cache)
-        return {**m, "phase_sft": 1.0, "sft_cached": 0.0}
+        return {**m, "cached": 0.0}
 
-    async def _evaluate(self, worker: LMRolloutWorker, learner: LMLearner, heldout: list) -> dict[str, float]:
-        cfg = self.config
-        trajs = await asyncio.gather(*[worker.episode(self._env(), seed=HELD_OUT_SEED_BASE + i, episode_id=i)
-                                       for i in range(cfg.eval_episodes)])
-        return {"eval_success": float(np.mean([t.info["won"] for t in trajs])),
-                "eval_return": float(np.mean([t.total_reward for t in trajs])),
-                "heldout_env_ce": learner.held_out_env_ce(heldout)}
+    # -- checkpoints ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.learner.optimizer.state_dict(),
+                "planner": self.planner.state_dict() if self.planner is not None else {},
+                "learner_steps": self.learner.steps, "version": self.learner.version, "env_steps": self.env_steps,
+                "updates": self.updates, "next_seed": self.next_seed, "sft_done": self.sft_done}
 
-    @staticmethod
-    def _log(log: JsonlLogger, metrics: dict[str, float], step: int) -> dict[str, float]:
-        log.log(metrics, step)
-        return {"update": float(step), **metrics}
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        if self.planner is not None:
+            self.planner.load_state_dict(state["planner"])
+        self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
+        self.learner.optimizer.load_state_dict(state["optimizer"])
+        self.learner.steps, self.learner.version = int(state["learner_steps"]), int(state["version"])
+        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
+        self.next_seed, self.sft_done = int(state["next_seed"]), bool(state["sft_done"])
 
-    @staticmethod
-    def _checkpoint(path: Path, model: Any, learner: LMLearner, update: int, rng_seed: int) -> None:
-        tmp = path.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "optimizer": learner.optimizer.state_dict(),
-                    "learner_steps": learner.steps, "version": learner.version, "update": update,
-                    "rng_seed": rng_seed}, tmp)
-        os.replace(tmp, path)
+    def rollout_state(self) -> None:
+        return None  # every update starts whole episodes: nothing is mid-episode at a checkpoint
+
+    def load_rollout_state(self, state: Any) -> None:
+        pass

@@ -66,7 +66,12 @@ class CandidateScorer:
         self.model, self.version = model, version
 
     @torch.inference_mode()
-    def score(self, context: Sequence[int], candidates: Sequence[Sequence[int]]) -> list[list[float]]:
+    def score(self, context: Sequence[int], candidates: Sequence[Sequence[int]],
+              prefix: torch.Tensor | None = None) -> list[list[float]]:
+        """``prefix`` ``[P, hidden]``: latent-plan rows between the context and each candidate (as the engine
+        places them)."""
+        if prefix is not None:
+            return self._score_with_prefix(context, candidates, prefix)
         device = next(self.model.parameters()).device
         n = len(context)
         width = n + max(len(c) for c in candidates)
@@ -79,13 +84,34 @@ class CandidateScorer:
         logp = torch.log_softmax(self.model(input_ids=ids, attention_mask=att).logits[:, n - 1:-1].float(), -1)
         return [[float(logp[i, k, t]) for k, t in enumerate(c)] for i, c in enumerate(candidates)]
 
+    def _score_with_prefix(self, context: Sequence[int], candidates: Sequence[Sequence[int]],
+                           prefix: torch.Tensor) -> list[list[float]]:
+        device = next(self.model.parameters()).device
+        embed = self.model.get_input_embeddings()
+        ctx = embed(torch.as_tensor(list(context), dtype=torch.long, device=device))
+        prefix = prefix.to(device, ctx.dtype)
+        n = len(context) + prefix.shape[0]
+        width = n + max(len(c) for c in candidates) - 1
+        x = ctx.new_zeros(len(candidates), width, ctx.shape[-1])
+        att = torch.zeros(len(candidates), width, dtype=torch.long, device=device)
+        for i, c in enumerate(candidates):
+            rows = torch.cat([ctx, prefix, embed(torch.as_tensor(list(c[:-1]), dtype=torch.long, device=device))])
+            x[i, :rows.shape[0]] = rows
+            att[i, :rows.shape[0]] = 1
+        logp = torch.log_softmax(self.model(inputs_embeds=x, attention_mask=att).logits[:, n - 1:].float(), -1)
+        return [[float(logp[i, k, t]) for k, t in enumerate(c)] for i, c in enumerate(candidates)]
+
 
 class LMRolloutWorker:
     """Runs episodes of a text env with a language-model policy served by ``engine``."""
 
     def __init__(self, engine: Any, renderer: ChatRenderer, config: RolloutConfig | None = None, *,
-                 scorer: CandidateScorer | None = None, parse: Callable[[str], str] = first_line_action) -> None:
+                 scorer: CandidateScorer | None = None, parse: Callable[[str], str] = first_line_action,
+                 plan: Callable[[np.random.Generator], Any] | None = None) -> None:
+        """``plan``: a factory of per-episode :class:`~echo_rl.training.lm.plan.EpisodePlan` (latent plan as a
+        soft prefix before each action), or None for no plan."""
         self.engine, self.renderer = engine, renderer
+        self.plan = plan
         self.config = config or RolloutConfig()
         if self.config.action_mode == "choose" and scorer is None:
             raise ValueError("action_mode='choose' needs a scorer (CandidateScorer over the policy's weights)")
@@ -112,27 +138,33 @@ class LMRolloutWorker:
                               observation_role=cfg.observation_role, group_id=group_id, episode_id=episode_id,
                               policy_version=version, max_observation_tokens=cfg.max_observation_tokens)
         rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
+        ep_plan = None if self.plan is None else self.plan(np.random.default_rng([rng.integers(2**31), 1]))
         won = truncated = False
         versions: set[int] = set()
         for turn in range(cfg.max_turns):
             t0 = time.perf_counter()
+            n_ctx = len(b.token_ids)
+            p_rows = 0 if ep_plan is None else ep_plan.planner.num_tokens
+            if n_ctx + p_rows + cfg.max_new_tokens > self.engine.max_context:
+                truncated = True  # the context is full: the episode ends here, as a time limit would
+                break
+            prefix = None if ep_plan is None else ep_plan.next_prefix(b.token_ids)
             if cfg.action_mode == "generate":
-                if len(b.token_ids) + cfg.max_new_tokens > self.engine.max_context:
-                    truncated = True  # the context is full: the episode ends here, as a time limit would
-                    break
                 res = await self.engine.generate(
                     b.token_ids, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                    stop_token_ids=self.stop_ids, seed=int(rng.integers(2**31)))
+                    stop_token_ids=self.stop_ids, seed=int(rng.integers(2**31)), plan_embeddings=prefix)
                 ids, lps = res.token_ids, res.logprobs
                 versions.update(res.policy_versions)
                 text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
                 action = self.parse(text)
             else:
                 action, ids, lps = await asyncio.to_thread(self._choose, b.token_ids,
-                                                           info.get("admissible_actions"), rng)
+                                                           info.get("admissible_actions"), rng, prefix)
                 text = action
             t_gen += time.perf_counter() - t0
             b.add_action(ids, lps, text=text)
+            if ep_plan is not None:
+                ep_plan.action_done(n_ctx, len(ids))
             t0 = time.perf_counter()
             _, reward, terminated, trunc, info = env.step(action)
             t_env += time.perf_counter() - t0
@@ -146,18 +178,19 @@ class LMRolloutWorker:
                 break
         else:
             truncated = True
+        extra = {} if ep_plan is None else {"plan_eps": ep_plan.eps}
         traj = b.finish(won=won, truncated=truncated, actions=list(b.turn_texts),
                         truncated_observations=b.truncated_observations,
-                        policy_versions=sorted(versions) if versions else [version])
+                        policy_versions=sorted(versions) if versions else [version], **extra)
         traj.timings.update({"env_s": t_env, "act_s": t_gen})
         return traj
 
-    def _choose(self, context: list[int], admissible: Sequence[str] | None, rng: np.random.Generator
-                ) -> tuple[str, list[int], list[float]]:
+    def _choose(self, context: list[int], admissible: Sequence[str] | None, rng: np.random.Generator,
+                prefix: torch.Tensor | None = None) -> tuple[str, list[int], list[float]]:
         if not admissible:
             raise ValueError("action_mode='choose' needs info['admissible_actions'] from the environment")
         cands = [self.renderer.encode(a) + [self.turn_end_id] for a in admissible]
-        lps = self.scorer.score(context, cands)
+        lps = self.scorer.score(context, cands, prefix)
         totals = np.array([sum(x) for x in lps])
         t = self.config.temperature
         if t == 0:

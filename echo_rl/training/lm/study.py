@@ -1,26 +1,40 @@
-"""GRPO vs ECHO on a text task, several seeds: success and held-out env-token CE vs updates, with 95% CIs.
+"""GRPO vs ECHO (λ ∈ {0.01, 0.05}) vs ECHO + latent plan on a text task, several seeds, one command.
 
-    python -m echo_rl.training.lm.study --out runs/lm_study --seeds 0 1 2 --lams 0 0.01 0.05
+    python -m echo_rl.training.lm.study --out runs/lm_study --seeds 0 1 2 --jobs 2
 
-λ = 0 is GRPO. Each (λ, seed) run is an :class:`LMTrainer` run in its own
-directory (resumable); the summary (``summary.md``, ``summary.json``) gives
-per evaluation point the mean over seeds and a t-based 95% interval.
+Each (arm, seed) is an ordinary ``echo-rl train`` run (its own process, run
+directory, checkpoints; a second invocation resumes unfinished runs and skips
+finished ones). The summary (``summary.md``, ``summary.json``, ``study.png``)
+gives, per arm and evaluation point (learner updates), the mean over seeds
+and a t-based 95% interval of held-out greedy success, held-out env-token CE
+and sampled training success, plus the paired (same seed) difference to GRPO.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
-from dataclasses import asdict
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from echo_rl.training.lm.loop import LMTrainConfig, LMTrainer
+from echo_rl.config import TrainingConfig
 
-METRICS = ("eval_success", "heldout_env_ce", "success")
+# arm -> TrainingConfig overrides; GRPO is --agent ppo on a text task (λ = 0, no plan)
+ARMS: dict[str, dict] = {
+    "grpo": {"agent": "ppo"},
+    "echo0.01": {"agent": "echo-rl", "echo_config.latent_plan": False, "lm_config.env_loss_coef": 0.01},
+    "echo0.05": {"agent": "echo-rl", "echo_config.latent_plan": False, "lm_config.env_loss_coef": 0.05},
+    "echo0.05+plan": {"agent": "echo-rl", "echo_config.latent_plan": True, "lm_config.env_loss_coef": 0.05},
+}
+BASELINE = "grpo"
+METRICS = ("success", "heldout_env_ce", "train_success")
 
 
 def ci95(values: list[float]) -> tuple[float, float]:
@@ -35,96 +49,175 @@ def ci95(values: list[float]) -> tuple[float, float]:
     return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
-def _per_seed(out: Path, lam: float, seed: int) -> dict[int, dict[str, float]]:
-    path = out / f"lam{lam:g}-seed{seed}" / "metrics.jsonl"
+def base_config(args: argparse.Namespace, out: Path) -> dict:
+    """The study's settings as TrainingConfig overrides (every arm and seed shares them)."""
+    return {"env_name": args.task, "env_config": {"max_steps": args.max_steps}, "backbone": args.backbone,
+            "num_actors": args.group_size * args.groups, "batch_size": args.group_size * args.groups,
+            "total_timesteps": 10**9, "evaluation_episodes": args.eval_episodes, "torch_threads": 1,
+            "lm_config.group_size": args.group_size, "lm_config.learning_rate": args.lr,
+            "lm_config.temperature": args.temperature, "lm_config.max_new_tokens": 8,
+            "lm_config.max_turns": args.max_steps, "lm_config.sft_episodes": args.sft_episodes,
+            "lm_config.sft_steps": args.sft_steps, "lm_config.sft_cache_dir": str(out / "sft_cache"),
+            "lm_config.heldout_pool": args.heldout_pool, "lm_config.max_updates": args.updates,
+            "lm_config.eval_every_updates": args.eval_every}
+
+
+def run_config(args: argparse.Namespace, out: Path, arm: str, seed: int) -> TrainingConfig:
+    return TrainingConfig().with_overrides({**base_config(args, out), **ARMS[arm], "seed": seed})
+
+
+def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int) -> str:
+    run = out / f"{arm}-seed{seed}"
+    if (run / "summary.json").is_file():
+        return f"{run.name}: done before"
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "echo_rl.cli", "train", "--run-dir", str(run), "--no-progress"]
+    if (run / "checkpoints" / "latest").is_file():
+        cmd.append("--resume")
+    else:
+        cfg_path = logs / f"{run.name}.yaml"
+        run_config(args, out, arm, seed).save_yaml(cfg_path)
+        cmd += ["--config", str(cfg_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    with open(logs / f"{run.name}.log", "a") as fh:
+        rc = subprocess.call(["nice", "-n", str(args.nice), *cmd], stdout=fh, stderr=subprocess.STDOUT, env=env)
+    return f"{run.name}: exit {rc} after {time.perf_counter() - t0:.0f} s"
+
+
+def _per_seed(out: Path, arm: str, seed: int) -> dict[int, dict[str, float]]:
+    """update -> metrics at each evaluation; train_success = mean sampled success of the updates since the
+    previous evaluation."""
+    path = out / f"{arm}-seed{seed}" / "metrics.jsonl"
     rows: dict[int, dict[str, float]] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            rows.setdefault(r["step"], {}).update({m: r[m] for m in METRICS if r.get(m) is not None})
+    if not path.is_file():
+        return rows
+    window: list[float] = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        u = int(r.get("train/updates", 0))
+        if r.get("episode/success_rate") is not None:
+            window.append(r["episode/success_rate"])
+        if r.get("eval/success_rate") is None:
+            continue
+        cell = {"success": r["eval/success_rate"]}
+        if r.get("eval/heldout_env_ce") is not None:
+            cell["heldout_env_ce"] = r["eval/heldout_env_ce"]
+        if window:
+            cell["train_success"] = float(np.mean(window))
+        rows[u] = cell
+        window = []
     return rows
 
 
-def summarize(out: Path, lams: list[float], seeds: list[int]) -> dict:
-    """Per λ and update: mean ± 95% CI over seeds of each metric, and of the paired (same seed) difference
-    to λ = 0 (``d_<metric>``), which removes the seed-to-seed spread of the shared SFT start."""
-    runs = {(lam, seed): _per_seed(out, lam, seed) for lam in lams for seed in seeds}
+def summarize(out: Path, arms: list[str], seeds: list[int]) -> dict:
+    """Per arm and update: mean ± 95% CI over seeds of each metric, and of the paired difference to GRPO
+    (``d_<metric>``), which removes the seed-to-seed spread of the shared starting point."""
+    runs = {(a, s): _per_seed(out, a, s) for a in arms for s in seeds}
     table: dict = {}
-    for lam in lams:
-        steps = sorted({st for seed in seeds for st in runs[(lam, seed)]})
-        table[f"{lam:g}"] = {}
-        for st in steps:
+    for arm in arms:
+        table[arm] = {}
+        for u in sorted({u for s in seeds for u in runs[(arm, s)]}):
             cell: dict = {}
             for m in METRICS:
-                vals = [runs[(lam, sd)][st][m] for sd in seeds if m in runs[(lam, sd)].get(st, {})]
+                vals = [runs[(arm, s)][u][m] for s in seeds if m in runs[(arm, s)].get(u, {})]
                 if vals:
                     cell[m] = (*ci95(vals), len(vals))
-                if lam != 0 and 0.0 in lams:
-                    diffs = [runs[(lam, sd)][st][m] - runs[(0.0, sd)][st][m] for sd in seeds
-                             if m in runs[(lam, sd)].get(st, {}) and m in runs[(0.0, sd)].get(st, {})]
+                if arm != BASELINE and BASELINE in arms:
+                    diffs = [runs[(arm, s)][u][m] - runs[(BASELINE, s)][u][m] for s in seeds
+                             if m in runs[(arm, s)].get(u, {}) and m in runs[(BASELINE, s)].get(u, {})]
                     if diffs:
                         cell[f"d_{m}"] = (*ci95(diffs), len(diffs))
-            table[f"{lam:g}"][st] = cell
+            table[arm][u] = cell
     return table
 
 
+def _fmt(cell: dict, m: str) -> str:
+    if m not in cell:
+        return ""
+    mean, half, _ = cell[m]
+    return f"{mean:.3f}" + ("" if math.isnan(half) else f" ± {half:.3f}")
+
+
 def write_summary(out: Path, table: dict, config: dict) -> None:
-    """Markdown of the evaluation points (updates with a held-out evaluation)."""
     (out / "summary.json").write_text(json.dumps({"config": config, "table": table}, indent=1))
     lines = [f"Config: `{json.dumps(config)}`", "",
-             "| λ | update | eval success (greedy, held-out) | Δ success vs λ=0 (paired) | held-out env CE "
-             "(nats/token) | Δ env CE vs λ=0 (paired) | train success (sampled, this update) | seeds |",
-             "|---|---|---|---|---|---|---|---|"]
-    for lam, steps in table.items():
-        for step, ms in steps.items():
-            if "eval_success" not in ms:
+             "| arm | update | held-out success (greedy) | Δ vs GRPO (paired) | held-out env CE (nats/token) | "
+             "Δ vs GRPO (paired) | train success (sampled) | seeds |", "|---|---|---|---|---|---|---|---|"]
+    for arm, cells in table.items():
+        for u, c in cells.items():
+            if "success" not in c:
                 continue
-
-            def fmt(m: str) -> str:
-                if m not in ms:
-                    return ""
-                mean, half, _ = ms[m]
-                return f"{mean:.3f}" + ("" if math.isnan(half) else f" ± {half:.3f}")
-            lines.append(f"| {lam} | {step} | {fmt('eval_success')} | {fmt('d_eval_success')} | "
-                         f"{fmt('heldout_env_ce')} | {fmt('d_heldout_env_ce')} | {fmt('success')} | "
-                         f"{ms['eval_success'][2]} |")
+            lines.append(f"| {arm} | {u} | {_fmt(c, 'success')} | {_fmt(c, 'd_success')} | "
+                         f"{_fmt(c, 'heldout_env_ce')} | {_fmt(c, 'd_heldout_env_ce')} | "
+                         f"{_fmt(c, 'train_success')} | {c['success'][2]} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def plot(out: Path, table: dict) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not any(table.values()):
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for ax, m, title in zip(axes, METRICS, ("held-out success (greedy)", "held-out env-token CE (nats/token)",
+                                            "training success (sampled)")):
+        for arm, cells in table.items():
+            pts = [(int(u), *c[m][:2]) for u, c in cells.items() if m in c]
+            if not pts:
+                continue
+            u, mean, half = map(np.asarray, zip(*pts))
+            ax.plot(u, mean, "o-", label=arm)
+            ok = np.isfinite(half)
+            ax.fill_between(u[ok], (mean - half)[ok], (mean + half)[ok], alpha=0.15)
+        ax.set_title(title)
+        ax.set_xlabel("learner updates")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    path = out / "study.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/lm_study")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.01, 0.05])
-    p.add_argument("--updates", type=int, default=10)
-    p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--sft-steps", type=int, default=15)
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
+    p.add_argument("--nice", type=int, default=10)
+    p.add_argument("--task", default="minigrid:MiniGrid-Empty-Random-5x5-v0")
+    p.add_argument("--max-steps", type=int, default=10, help="turns per episode")
     p.add_argument("--backbone", default="tiny")
+    p.add_argument("--updates", type=int, default=60)
+    p.add_argument("--eval-every", type=int, default=10, help="updates between held-out evaluations")
+    p.add_argument("--eval-episodes", type=int, default=16)
+    p.add_argument("--heldout-pool", type=int, default=8)
     p.add_argument("--groups", type=int, default=2, help="task seeds per update")
     p.add_argument("--group-size", type=int, default=4, help="episodes per task seed (the GRPO group)")
-    p.add_argument("--summarize-only", action="store_true",
-                   help="only rebuild summary.md/json from the runs in --out (e.g. after one process per seed)")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--sft-episodes", type=int, default=8)
+    p.add_argument("--sft-steps", type=int, default=30)
+    p.add_argument("--summarize-only", action="store_true", help="only rebuild summary.md/json and study.png")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    base = LMTrainConfig(backbone=args.backbone, updates=args.updates, eval_every=args.eval_every,
-                         sft_steps=args.sft_steps, eval_episodes=8, heldout_pool=8, sft_episodes=8,
-                         sft_cache_dir=str(out / "sft_cache"), groups_per_update=args.groups,
-                         group_size=args.group_size)
-    if args.summarize_only:
-        configs = sorted(out.glob("lam*-seed*/config.json"))
-        config = json.loads(configs[0].read_text()) if configs else {}
-        write_summary(out, summarize(out, args.lams, args.seeds),
-                      {**{k: v for k, v in config.items() if k not in ("lam", "seed")}, "lams": args.lams,
-                       "seeds": args.seeds})
-        print((out / "summary.md").read_text())
-        return 0
-    for seed in args.seeds:  # seeds outermost: a partial study already compares every λ
-        for lam in args.lams:
-            cfg = LMTrainConfig(**{**asdict(base), "lam": lam, "seed": seed})
-            asyncio.run(LMTrainer(cfg, out / f"lam{lam:g}-seed{seed}").train())
-            write_summary(out, summarize(out, args.lams, args.seeds), {**asdict(base), "lams": args.lams,
-                                                                       "seeds": args.seeds})
+    config = {**base_config(args, out), "arms": {a: ARMS[a] for a in args.arms}, "seeds": args.seeds}
+    if not args.summarize_only:
+        jobs = [(a, s) for s in args.seeds for a in args.arms]  # seeds outermost: partial studies compare arms
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for line in pool.map(lambda job: run_one(args, out, *job), jobs):
+                print(line, flush=True)
+    table = summarize(out, args.arms, args.seeds)
+    write_summary(out, table, config)
+    plot(out, table)
     print((out / "summary.md").read_text())
     return 0
 
