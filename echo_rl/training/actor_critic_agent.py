@@ -1,0 +1,131 @@
+"""Scaffolding shared by the on-policy vector agents (PPO, IMPALA).
+
+Agent interface shared by every vector agent (see ``echo_rl.training.agents``):
+
+- ``Agent(config, envs, device)`` — ``envs`` is an unreset gymnasium vector env;
+- ``train_iteration() -> dict`` collects ``config.steps_per_update`` env steps,
+  learns, advances ``env_steps`` / ``updates`` and returns flat metrics;
+- ``act(obs, generator) -> actions`` for evaluation; ``close()`` releases the envs;
+- ``state_dict()`` / ``load_state_dict()`` (tensors and plain data only:
+  loadable with ``weights_only=True``); ``rollout_state()`` /
+  ``load_rollout_state()`` (picklable: the envs mid-episode), so a resumed run
+  continues exactly where the checkpoint left it.
+
+A subclass supplies ``learn(buf) -> metrics`` (and may override
+``make_optimizer``); everything else — the network, acting, the rollout
+collector, LR annealing, checkpoints — is here once, so the baselines differ
+only in their learners.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from echo_rl.config import TrainingConfig
+from echo_rl.environments.minigrid_vector import actor_seeds
+from echo_rl.models.policies import make_actor_critic
+from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, torch_generator
+
+
+class ActorCriticAgent:
+    #: why the learner needs one update per ``batch_size`` env steps (for the config error)
+    update_rule = "an on-policy learner updates every batch_size env steps"
+
+    def __init__(self, config: TrainingConfig, envs, device: torch.device):
+        if config.steps_per_update != config.batch_size:
+            raise ValueError(f"TrainingConfig.train_frequency={config.train_frequency} is invalid for "
+                             f"{type(self).__name__}: {self.update_rule} (batch_size={config.batch_size})")
+        self.config, self.ppo, self.device = config, config.ppo_config, device
+        self.num_envs = envs.num_envs
+        self.num_steps = config.batch_size // self.num_envs
+        self.num_updates_total = math.ceil(config.total_timesteps / config.batch_size)
+        torch.manual_seed(config.seed)
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        # one network for every baseline (TrainingConfig.policy_network): comparisons are about the learner
+        self.network = make_actor_critic(config.policy_network, obs_dim, int(envs.single_action_space.n)).to(device)
+        self.optimizer = self.make_optimizer()
+        self.base_lr = self.optimizer.param_groups[0]["lr"]
+        self.generator = torch_generator(config.seed + 1)
+        self.np_rng = np.random.default_rng(config.seed + 2)
+        self.collector = VectorRolloutCollector(envs, self.num_steps, actor_seeds(config.seed, self.num_envs))
+        self.env_steps = 0
+        self.updates = 0
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.network.parameters(), lr=self.ppo.learning_rate, eps=1e-5)
+
+    def learn(self, buf: RolloutBuffer) -> dict[str, float]:
+        """One learner update on a fresh rollout (``self.collector.next_obs`` follows its last step)."""
+        raise NotImplementedError
+
+    # -- acting -------------------------------------------------------------
+    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(obs, device=self.device)
+
+    @torch.no_grad()
+    def _policy(self, obs: np.ndarray):
+        logits, values = self.network(self._obs(obs))
+        logp = torch.log_softmax(logits, -1)
+        actions = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(-1)
+        logprobs = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return actions.cpu().numpy(), logprobs.cpu().numpy(), values.cpu().numpy()
+
+    @torch.no_grad()
+    def _value(self, obs: np.ndarray) -> np.ndarray:
+        return self.network.value(self._obs(obs)).cpu().numpy()
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, generator: torch.Generator) -> np.ndarray:
+        logits, _ = self.network(self._obs(obs))
+        return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).cpu().numpy()
+
+    # -- learning -----------------------------------------------------------
+    def train_iteration(self) -> dict[str, float]:
+        buf = self.collector.collect(self._policy, self._value)
+        self.env_steps += buf.num_steps * buf.num_envs
+        metrics = self.collector.stats.drain()
+        if self.env_steps <= self.config.learning_starts:
+            return metrics
+        metrics.update(self.learn(buf))
+        return metrics
+
+    def anneal_lr(self) -> None:
+        """Linear decay to 0 over the run (``ppo_config.anneal_lr``), from the optimiser's initial LR."""
+        if self.ppo.anneal_lr:
+            frac = max(1.0 - self.updates / self.num_updates_total, 0.0)
+            for group in self.optimizer.param_groups:
+                group["lr"] = frac * self.base_lr
+
+    def clipped_step(self, loss: torch.Tensor) -> torch.Tensor:
+        """Backward, global grad-norm clip (``ppo_config.max_grad_norm``), optimiser step; returns the norm."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.network.parameters(), self.ppo.max_grad_norm)
+        self.optimizer.step()
+        return grad_norm.detach()
+
+    # -- checkpointing ------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(), "np_rng": self.np_rng.bit_generator.state,
+                "env_steps": self.env_steps, "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.network.load_state_dict(state["network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.np_rng.bit_generator.state = state["np_rng"]
+        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
+
+    def rollout_state(self) -> VectorRolloutCollector:
+        return self.collector
+
+    def load_rollout_state(self, collector: VectorRolloutCollector) -> None:
+        self.collector.envs.close()
+        self.collector = collector
+
+    def close(self) -> None:
+        self.collector.envs.close()
