@@ -343,6 +343,8 @@ class LMConfig(ConfigBase):
     clip: float = spec(0.2, help="PPO/GRPO ratio clip epsilon (both sides)", gt=0)
     max_grad_norm: float = spec(1.0, help="gradient-norm clip of the language model", gt=0)
     max_staleness: int = spec(1, help="policy versions a trajectory may lag behind the learner", min=0)
+    kl_coef: float = spec(0.0, help="weight of the k3 KL to the policy the RL phase started from (after SFT); "
+                                    "0: no reference model, no KL term", min=0)
     sft_episodes: int = spec(16, help="expert episodes for the SFT warm start (0: no warm start)", min=0)
     sft_steps: int = spec(20, help="SFT optimiser steps on those episodes", min=0)
     sft_learning_rate: float = spec(3e-3, help="learning rate of the SFT warm start", gt=0)

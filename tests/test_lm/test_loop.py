@@ -88,6 +88,17 @@ def test_arms_map_onto_the_loss(checkpoint, tmp_path, agent, over, lam, plan):
     assert row["lm/lambda"] == lam and row["lm/plan"] == plan and ("lm/plan_kl" in row) == bool(plan)
 
 
+@pytest.mark.parametrize("plan", [False, True])
+def test_kl_to_the_policy_rl_started_from(checkpoint, tmp_path, plan):
+    cfg = _cfg(checkpoint, total_timesteps=100, **{"lm_config.max_updates": 3, "lm_config.kl_coef": 0.1,
+                                                   "lm_config.learning_rate": 1e-2, "echo_config.latent_plan": plan,
+                                                   "lm_config.eval_every_updates": 5, "lm_config.heldout_pool": 0})
+    asyncio.run(EchoRLTrainer(cfg, tmp_path / "run", show_progress=False).train())
+    kls = [r["lm/kl"] for r in _rows(tmp_path / "run") if "lm/kl" in r]
+    # the reference is the post-SFT policy: KL 0 at the first update, then the policy moves away from it
+    assert kls[0] == pytest.approx(0.0, abs=1e-6) and kls[-1] > 1e-6
+
+
 def test_bad_backbones_are_one_clear_error(tmp_path, checkpoint, forgetful_template, chatml_tokenizer):
     with pytest.raises(ConfigError, match="an API model has no weights to train"):
         TrainingConfig(env_name="alfworld", backbone="gpt-4o")

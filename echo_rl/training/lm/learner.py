@@ -124,8 +124,11 @@ class LMLearner:
         logits, dists = self._policy_logits(trajectories, batch)
         ref = None
         if self.ref_model is not None and cfg.kl_coef:
-            with torch.no_grad():
-                ref = sequence_logprobs(self._logits(self.ref_model, batch), batch.input_ids, cfg.pg_temperature or 1.0)
+            with torch.no_grad():  # with a planner the reference sees the same plans (its drift, not the plan's)
+                ref_logits = self._logits(self.ref_model, batch) if self.planner is None else planned_forward(
+                    self.ref_model, self.planner, trajectories, self._plan_eps(trajectories),
+                    batch.input_ids.shape[1])[0]
+                ref = sequence_logprobs(ref_logits, batch.input_ids, cfg.pg_temperature or 1.0)
         lam = cfg.lam(self.steps)
         terms = echo_loss(logits, batch.input_ids, batch.roles, batch.prompt_length, batch.behavior_logprobs, adv,
                           batch.env_output_count, lam=lam, attention_mask=batch.attention_mask,

@@ -117,8 +117,8 @@ class LMAgent:
         self.learner = LMLearner(self.model, pad, LMLearnerConfig(
             learning_rate=lm.learning_rate, max_grad_norm=lm.max_grad_norm, lam=self.lam, clip_low=lm.clip,
             clip_high=lm.clip, pg_temperature=lm.temperature or 1.0, max_staleness=lm.max_staleness,
-            plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm),
-            planner=self.planner)
+            plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm,
+            kl_coef=lm.kl_coef), planner=self.planner, ref_model=copy.deepcopy(self.model) if lm.kl_coef else None)
         self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
                                             max_new_tokens=lm.max_new_tokens, temperature=lm.temperature)
         self.env_steps = 0
@@ -153,6 +153,8 @@ class LMAgent:
             self.sft_done = True
             self.learner.version = 0  # SFT is the starting point of the RL policy: version 0, a fresh optimiser
             self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
+            if self.learner.ref_model is not None:  # the KL reference is where RL starts: the SFT policy
+                self.learner.ref_model.load_state_dict(self.model.state_dict())
         self.engine_model = copy.deepcopy(self.model).eval()
         self.engine_planner = copy.deepcopy(self.planner).eval() if self.planner is not None else None
         self.engine = await AsyncExecutionEngine(self.config.execution_config, self.engine_model).start()
@@ -291,13 +293,17 @@ class LMAgent:
 
     # -- checkpoints ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        ref = self.learner.ref_model
         return {"model": self.model.state_dict(), "optimizer": self.learner.optimizer.state_dict(),
+                "ref_model": ref.state_dict() if ref is not None else {},
                 "planner": self.planner.state_dict() if self.planner is not None else {},
                 "learner_steps": self.learner.steps, "version": self.learner.version, "env_steps": self.env_steps,
                 "updates": self.updates, "next_seed": self.next_seed, "sft_done": self.sft_done}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+        if self.learner.ref_model is not None:
+            self.learner.ref_model.load_state_dict(state["ref_model"])
         if self.planner is not None:
             self.planner.load_state_dict(state["planner"])
         self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
