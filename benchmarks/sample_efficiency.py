@@ -261,36 +261,44 @@ def summarize(cells: list[dict], threshold: float = 0.9, reps: int = 50_000) -> 
 
 
 def plot(cells: list[dict], path: Path, unfinished: list[dict] = ()) -> None:
-    """Mean (+- s.e.) curve of finished cells per method; unfinished cells as dashed single curves."""
+    """Mean (+- s.e.) curve of finished cells per method and env; unfinished cells as dotted single curves.
+
+    A cell stopped early (``--early-stop``) is held at its last evaluation for the rest of the
+    x-axis; the legend counts those cells.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = sorted({c["env"] for c in [*cells, *unfinished]})
-    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
+    envs = [e for e in ENVS if any(c["env"] == e for c in [*cells, *unfinished])]
+    fig, axes = plt.subplots(1, max(1, len(envs)), figsize=(5 * max(1, len(envs)), 3.8), squeeze=False)
     for ax, env in zip(axes[0], envs):
-        for method in METHODS:
+        for k, method in enumerate(METHODS):
             mine = [c for c in cells if c["method"] == method and c["env"] == env]
-            if not mine:
-                continue
-            n = min(len(c["curve"]) for c in mine)
-            steps = np.array([p["step"] for p in mine[0]["curve"][:n]])
-            succ = np.array([[p["success_rate"] for p in c["curve"][:n]] for c in mine])
-            mean = succ.mean(0)
-            ax.plot(steps, mean, label=f"{method} (n={len(mine)})")
-            if len(mine) > 1:
-                se = succ.std(0, ddof=1) / np.sqrt(len(mine))
-                ax.fill_between(steps, mean - se, mean + se, alpha=0.2)
-        for c in unfinished:
-            if c["env"] == env:
-                ax.plot([p["step"] for p in c["curve"]], [p["success_rate"] for p in c["curve"]], ls=":",
-                        label=f"{c['method']} s{c['seed']} (unfinished)")
+            color = f"C{k}"
+            if mine:
+                longest = max(mine, key=lambda c: len(c["curve"]))
+                steps = np.array([p["step"] for p in longest["curve"]])
+                succ = np.array([[p["success_rate"] for p in c["curve"]]
+                                 + [c["curve"][-1]["success_rate"]] * (len(steps) - len(c["curve"])) for c in mine])
+                mean = succ.mean(0)
+                held = sum(len(c["curve"]) < len(steps) for c in mine)
+                label = f"{method} (n={len(mine)}" + (f", {held} held after early stop)" if held else ")")
+                ax.plot(steps, mean, color=color, label=label)
+                if len(mine) > 1:
+                    se = succ.std(0, ddof=1) / np.sqrt(len(mine))
+                    ax.fill_between(steps, mean - se, mean + se, color=color, alpha=0.2)
+            for c in unfinished:
+                if c["env"] == env and c["method"] == method:
+                    ax.plot([p["step"] for p in c["curve"]], [p["success_rate"] for p in c["curve"]], ls=":",
+                            color=color, label=f"{method} s{c['seed']} (unfinished)")
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
-        ax.set_title(env.replace("MiniGrid-", ""))
+        ax.set_title(_short(env))
         ax.set_xlabel("env steps")
         ax.set_ylabel("eval success rate")
-    axes[0][-1].legend(fontsize=7)
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
