@@ -35,7 +35,7 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds, make_minigrid_env, make_vector_env
 from echo_rl.training.ppo_agent import PPOAgent
-from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, torch_generator
+from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector, torch_generator
 from echo_rl.utils.optional import require
 
 log = logging.getLogger("echo_rl.ray_backend")
@@ -104,8 +104,6 @@ class RolloutWorker:
 
     def reset(self, token: int) -> None:
         """Seed the envs and the action sampler for restart count ``token`` (0: the run's start)."""
-        from echo_rl.training.rollout import VectorRolloutCollector
-
         seed = self.config.seed + RESEED_STRIDE * token
         envs = self.agent.collector.envs
         self.agent.collector = VectorRolloutCollector(envs, self.agent.num_steps, actor_seeds(seed, envs.num_envs))
@@ -334,6 +332,9 @@ def _init_ray(config: TrainingConfig, num_workers: int) -> bool:
     Returns True when this call started Ray (the agent then shuts it down on close).
     """
     if config.ray_address is None and not _loaded_ray_is_initialized():
+        if num_workers > (os.cpu_count() or 1):
+            log.warning("%d Ray rollout workers on %d CPUs: they will share cores (fewer num_actors, or a "
+                        "cluster via ray_address, gives each its own)", num_workers, os.cpu_count() or 1)
         start_local_ray(num_workers)
         return True
     ray = _ray()

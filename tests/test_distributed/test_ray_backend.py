@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -116,6 +117,31 @@ def test_one_worker_reproduces_the_in_process_run(local_ray):
     finally:
         remote.close()
         local.close()
+
+
+@needs_ray
+def test_two_workers_collect_what_their_slices_collect_in_process(local_ray):
+    """Per update, the joined batch is each slice's rollout with the learner's current weights, in env order."""
+    from echo_rl.distributed.ray_backend import ROLLOUT_FIELDS, RolloutWorker
+
+    cfg = small_config()
+    remote = build_ray_agent(cfg, CPU, num_workers=2)
+    twins = [RolloutWorker(cfg, part) for part in worker_slices(cfg.num_actors, 2)]
+    try:
+        for twin in twins:
+            twin.reset(0)
+        for version in range(3):
+            weights = copy.deepcopy(remote.network.state_dict())
+            remote.train_iteration()
+            outs = [twin.collect(weights, version) for twin in twins]
+            for name in ROLLOUT_FIELDS:
+                joined = np.concatenate([out[name] for out in outs], axis=1)
+                np.testing.assert_array_equal(getattr(remote.collector.buffer, name), joined, err_msg=name)
+        assert remote.updates == 3
+    finally:
+        for twin in twins:
+            twin.close()
+        remote.close()
 
 
 @needs_ray
