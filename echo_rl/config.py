@@ -337,7 +337,9 @@ class LMConfig(ConfigBase):
     group_size: int = spec(4, help="episodes per task seed (one GRPO group); num_actors must be a multiple", min=1)
     action_mode: str = spec("generate", help="generate: free text, first line parsed; choose: pick among the "
                                              "admissible actions by likelihood", choices=("generate", "choose"))
-    temperature: float = spec(1.0, help="sampling temperature of training rollouts (evaluation is greedy)", min=0)
+    temperature: float = spec(1.0, help="sampling temperature of training rollouts", min=0)
+    eval_temperature: float = spec(0.0, help="sampling temperature of held-out evaluation episodes (0: greedy; "
+                                             "sampled ones use fixed per-episode seeds)", min=0)
     max_new_tokens: int = spec(16, help="tokens one reply may have at most (generate mode)", min=1)
     max_turns: int = spec(64, help="turns per episode at most (the environment's own limit also applies)", min=1)
     clip: float = spec(0.2, help="PPO/GRPO ratio clip epsilon (both sides)", gt=0)

@@ -166,8 +166,8 @@ class LMAgent:
             embed = self.engine_model.get_input_embeddings()
             plan = lambda rng: EpisodePlan(self.engine_planner, embed, rng)  # noqa: E731
         self.worker = LMRolloutWorker(self.engine, self.renderer, self.rollout_config, scorer=scorer, plan=plan)
-        greedy = RolloutConfig(**{**self.rollout_config.__dict__, "temperature": 0.0})
-        self.eval_worker = LMRolloutWorker(self.engine, self.renderer, greedy, scorer=scorer, plan=plan)
+        ev = RolloutConfig(**{**self.rollout_config.__dict__, "temperature": self.config.lm_config.eval_temperature})
+        self.eval_worker = LMRolloutWorker(self.engine, self.renderer, ev, scorer=scorer, plan=plan)
 
     async def close(self) -> None:
         if self.engine is not None:
@@ -227,7 +227,8 @@ class LMAgent:
         return row
 
     async def evaluate(self, episodes: int) -> dict[str, float]:
-        """Greedy success on held-out games + env-output CE on the held-out expert pool."""
+        """Success on held-out games (greedy, or sampled at ``eval_temperature`` with fixed seeds) + env-output
+        CE on the held-out expert pool."""
         own = self.engine is None
         if own:  # called outside training (echo-rl eval): a short-lived engine
             sft_done, self.sft_done = self.sft_done, True

@@ -55,7 +55,8 @@ def base_config(args: argparse.Namespace, out: Path) -> dict:
             "num_actors": args.group_size * args.groups, "batch_size": args.group_size * args.groups,
             "total_timesteps": 10**9, "evaluation_episodes": args.eval_episodes, "torch_threads": 1,
             "lm_config.group_size": args.group_size, "lm_config.learning_rate": args.lr,
-            "lm_config.temperature": args.temperature, "lm_config.max_new_tokens": 8,
+            "lm_config.temperature": args.temperature, "lm_config.eval_temperature": args.eval_temperature,
+            "lm_config.max_new_tokens": 8,
             "lm_config.max_turns": args.max_steps, "lm_config.sft_episodes": args.sft_episodes,
             "lm_config.sft_steps": args.sft_steps, "lm_config.sft_cache_dir": str(out / "sft_cache"),
             "lm_config.heldout_pool": args.heldout_pool, "lm_config.max_updates": args.updates,
@@ -143,7 +144,7 @@ def _fmt(cell: dict, m: str) -> str:
 def write_summary(out: Path, table: dict, config: dict) -> None:
     (out / "summary.json").write_text(json.dumps({"config": config, "table": table}, indent=1))
     lines = [f"Config: `{json.dumps(config)}`", "",
-             "| arm | update | held-out success (greedy) | Δ vs GRPO (paired) | held-out env CE (nats/token) | "
+             "| arm | update | held-out success | Δ vs GRPO (paired) | held-out env CE (nats/token) | "
              "Δ vs GRPO (paired) | train success (sampled) | seeds |", "|---|---|---|---|---|---|---|---|"]
     for arm, cells in table.items():
         for u, c in cells.items():
@@ -164,7 +165,7 @@ def plot(out: Path, table: dict) -> Path | None:
     if not any(table.values()):
         return None
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, m, title in zip(axes, METRICS, ("held-out success (greedy)", "held-out env-token CE (nats/token)",
+    for ax, m, title in zip(axes, METRICS, ("held-out success", "held-out env-token CE (nats/token)",
                                             "training success (sampled)")):
         for arm, cells in table.items():
             pts = [(int(u), *c[m][:2]) for u, c in cells.items() if m in c]
@@ -195,14 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default="minigrid:MiniGrid-Empty-Random-5x5-v0")
     p.add_argument("--max-steps", type=int, default=10, help="turns per episode")
     p.add_argument("--backbone", default="tiny")
-    p.add_argument("--updates", type=int, default=60)
+    p.add_argument("--updates", type=int, default=80)
     p.add_argument("--eval-every", type=int, default=10, help="updates between held-out evaluations")
-    p.add_argument("--eval-episodes", type=int, default=16)
+    p.add_argument("--eval-episodes", type=int, default=32)
     p.add_argument("--heldout-pool", type=int, default=8)
     p.add_argument("--groups", type=int, default=2, help="task seeds per update")
     p.add_argument("--group-size", type=int, default=4, help="episodes per task seed (the GRPO group)")
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=0.7, help="training rollouts")
+    p.add_argument("--eval-temperature", type=float, default=0.7,
+                   help="held-out evaluation (0: greedy); sampled evaluations use fixed per-episode seeds")
     p.add_argument("--sft-episodes", type=int, default=8)
     p.add_argument("--sft-steps", type=int, default=30)
     p.add_argument("--summarize-only", action="store_true", help="only rebuild summary.md/json and study.png")
