@@ -144,6 +144,7 @@ def test_two_workers_collect_what_their_slices_collect_in_process(local_ray):
         remote.close()
 
 
+@pytest.mark.slow  # ~21 s at load average ~9 (starts 4 worker processes)
 @needs_ray
 def test_killed_actors_are_restarted_and_their_slices_recollected(local_ray):
     cfg = small_config()
@@ -177,6 +178,7 @@ def test_restart_limit_stops_training_with_a_clear_error(local_ray):
         agent.close()
 
 
+@pytest.mark.slow  # ~21 s at load average ~9 (starts 4 worker processes)
 @needs_ray
 def test_checkpoint_resumes_exactly(local_ray):
     """state_dict + rollout_state into fresh Ray workers continue the run as if uninterrupted."""
