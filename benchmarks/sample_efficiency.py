@@ -2,9 +2,13 @@
 
 One command runs the whole study and writes the table and plots::
 
-    nice -n 10 python benchmarks/sample_efficiency.py run --out runs/sample_efficiency \\
-        --seeds 0 1 2 3 4 --total-steps 1000000 --workers 2
-    python benchmarks/sample_efficiency.py report --out runs/sample_efficiency --md docs/results.md
+    nice -n 10 python benchmarks/sample_efficiency.py run --out runs/sample_efficiency_s2 --seeds 0 1 2 3 4 \\
+        --budget MiniGrid-MultiRoom-N2-S4-v0=250000 MiniGrid-KeyCorridorS3R1-v0=500000 \\
+        MiniGrid-DoorKey-8x8-v0=1000000 --eval-every 25000 --early-stop 2 --workers 2
+    python benchmarks/sample_efficiency.py report --out runs/sample_efficiency_s2 \\
+        --plot docs/results_sample_efficiency.png
+
+(docs/results.md gives the per-method snapshot commands the published table was made with.)
 
 ``run`` trains every (method, env, seed) cell not already finished in ``--out``
 (each cell writes ``cells/<method>__<env>__<seed>.json`` when done, so a killed
