@@ -2,7 +2,9 @@
 
 ``ReplayServer`` feeds a prioritized buffer from many writers; ``ReplayClient`` writes samples
 (shared memory on the server's host, TCP elsewhere); ``LearnerClient`` samples from another
-process. See docs/distributed.md.
+process. Ray (optional, ``pip install 'echo-rl[distributed]'``): ``ray_backend`` places rollout
+workers as Ray actors for ``TrainingConfig.backend='ray'``; ``ray_replay`` runs the service as a
+Ray actor. See docs/distributed.md.
 """
 
 from echo_rl.distributed.client import LearnerClient, ReplayClient, ReplayServerError
