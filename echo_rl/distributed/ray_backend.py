@@ -3,11 +3,12 @@
 Rollout workers are Ray actors: each owns a contiguous slice of the ``num_actors``
 envs and a copy of the policy, and collects one rollout slice per update with the
 weights version it was sent. The learner is the in-process agent's own learning
-step: :class:`RayPPOAgent` is a :class:`PPOAgent` whose collector is remote
-(:class:`RemoteCollector`), so GAE, the PPO update, checkpoints and ``act`` are
-PPO's code, unchanged. Weights go out once per update (one ``ray.put``).
+step: the Ray agent is the configured :class:`ActorCriticAgent` subclass (PPO,
+IMPALA) whose collector is remote (:class:`RemoteCollector`), so its ``learn``,
+checkpoints and ``act`` are that agent's code, unchanged. Weights go out once per
+update (one ``ray.put``).
 
-Seeding: worker ``j`` over envs ``[a, b)`` is a PPOAgent for that slice with seed
+Seeding: worker ``j`` over envs ``[a, b)`` is an ActorCriticAgent for that slice with seed
 ``seed + 10000·a``, so its envs get exactly the seeds the in-process backend gives
 envs ``a..b-1``; action sampling uses one generator per worker (seed + 10000·a + 1).
 With one worker the run equals the in-process run step for step.
@@ -34,6 +35,7 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds, make_minigrid_env, make_vector_env
+from echo_rl.training.actor_critic_agent import ActorCriticAgent
 from echo_rl.training.ppo_agent import PPOAgent
 from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector, torch_generator
 from echo_rl.utils.optional import require
@@ -88,14 +90,15 @@ def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
 
 
 class RolloutWorker:
-    """One Ray actor: a PPOAgent over its env slice, used only to act."""
+    """One Ray actor: an ActorCriticAgent over its env slice, used only to act (its network,
+    sampler and collector are the ones every vector baseline acts with)."""
 
     def __init__(self, config: TrainingConfig, part: Slice):
         torch.set_num_threads(max(1, config.torch_threads))
         self.config = slice_config(config, part)
         envs = make_vector_env(self.config.env_name, part.size, asynchronous=config.vector_env == "async",
                                **self.config.env_config)
-        self.agent = PPOAgent(self.config, envs, torch.device("cpu"))
+        self.agent = ActorCriticAgent(self.config, envs, torch.device("cpu"))
         self.version = -1
         self.token: int | None = None  # restart count the envs were seeded for; None until reset()
 
@@ -146,7 +149,7 @@ ROLLOUT_FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated
 
 
 class RemoteCollector:
-    """PPOAgent's collector seam, served by Ray workers.
+    """ActorCriticAgent's collector seam, served by Ray workers.
 
     ``collect(policy, value_fn)`` ignores the local callables: the workers act with
     their copies of ``network``, refreshed to the learner's weights before each
@@ -237,7 +240,7 @@ class RemoteCollector:
 
 
 class _SpacesOnly:
-    """What PPOAgent's constructor reads from its envs; the Ray learner itself steps no env."""
+    """What ActorCriticAgent's constructor reads from its envs; the Ray learner itself steps no env."""
 
     def __init__(self, observation_space, action_space, num_envs: int):
         self.single_observation_space, self.single_action_space = observation_space, action_space
@@ -251,21 +254,18 @@ class _SpacesOnly:
         pass
 
 
-class RayPPOAgent(PPOAgent):
-    """PPO with rollouts collected by Ray workers; the learning step is PPOAgent's.
+class RayAgentMixin:
+    """Rollouts collected by Ray workers; everything else is the agent class it is mixed into.
 
-    Checkpoints: ``state_dict`` is PPOAgent's (weights, optimizer, learner RNGs,
-    counters), interchangeable with the in-process backend. ``rollout_state``
-    holds every worker's envs mid-episode, sampler state and restart count, so a
-    Ray run resumes exactly on the same number of workers; resuming with another
-    worker count or backend is refused for the rollout state.
+    Checkpoints: ``state_dict`` is the agent's own (weights, optimizer, learner RNGs,
+    counters), interchangeable with the in-process backend. ``rollout_state`` holds
+    every worker's envs mid-episode, sampler state and restart count, so a Ray run
+    resumes exactly on the same number of workers; resuming with another worker
+    count or backend is refused for the rollout state.
     """
 
     def __init__(self, config: TrainingConfig, device: torch.device, num_workers: int | None = None,
                  max_restarts: int = MAX_RESTARTS, restart_timeout_s: float = RESTART_TIMEOUT_S):
-        if config.agent != "ppo":
-            raise ConfigError(f"TrainingConfig.agent={config.agent!r} is not supported with backend=ray yet; "
-                              "allowed: ppo")
         ray = _ray()
         num_workers = num_workers or default_num_workers(config)
         self.slices = worker_slices(config.num_actors, num_workers)
@@ -385,6 +385,29 @@ def _check_cpus(ray, num_workers: int) -> None:
                           f"({num_workers} workers for num_actors): add CPUs or lower num_actors")
 
 
-def build_ray_agent(config: TrainingConfig, device, num_workers: int | None = None, **kwargs) -> RayPPOAgent:
+class RayPPOAgent(RayAgentMixin, PPOAgent):
+    """PPO with rollouts collected by Ray workers; the learning step is PPOAgent's."""
+
+
+_RAY_CLASSES: dict[type, type] = {PPOAgent: RayPPOAgent}
+
+
+def ray_agent_class(base: type) -> type:
+    """``base`` (an ActorCriticAgent subclass) with its collector served by Ray workers."""
+    if base not in _RAY_CLASSES:
+        _RAY_CLASSES[base] = type(f"Ray{base.__name__}", (RayAgentMixin, base),
+                                  {"__doc__": f"{base.__name__} with rollouts collected by Ray workers.",
+                                   "__module__": __name__})
+    return _RAY_CLASSES[base]
+
+
+def build_ray_agent(config: TrainingConfig, device, num_workers: int | None = None, **kwargs):
     """The trainer's agent with its rollout workers placed as Ray actors (``EchoRLTrainer.build_agent``)."""
-    return RayPPOAgent(config, device, num_workers=num_workers, **kwargs)
+    from echo_rl.training.agents import AGENTS, agent_class
+
+    base = agent_class(config.agent)
+    if not (isinstance(base, type) and issubclass(base, ActorCriticAgent)):
+        allowed = sorted(name for name in AGENTS if issubclass(agent_class(name), ActorCriticAgent))
+        raise ConfigError(f"TrainingConfig.agent={config.agent!r} is not supported with backend=ray yet; "
+                          f"allowed: {', '.join(allowed)}")
+    return ray_agent_class(base)(config, device, num_workers=num_workers, **kwargs)

@@ -52,9 +52,9 @@ def test_missing_ray_names_the_extra(monkeypatch):
         build_ray_agent(small_config(), CPU)
 
 
-def test_only_ppo_runs_on_ray():
-    with pytest.raises(ConfigError, match="agent='impala'.*allowed: ppo"):
-        build_ray_agent(small_config(agent="impala"), CPU)
+def test_only_actor_critic_agents_run_on_ray():
+    with pytest.raises(ConfigError, match="agent='echo-rl'.*allowed: impala, ppo"):
+        build_ray_agent(small_config(agent="echo-rl"), CPU)
 
 
 # -- with a local Ray -------------------------------------------------------------------------------
@@ -113,6 +113,23 @@ def test_one_worker_reproduces_the_in_process_run(local_ray):
             a, b = local.train_iteration(), remote.train_iteration()
             assert a["loss/policy"] == b["loss/policy"]
         assert remote.env_steps == local.env_steps == 3 * cfg.batch_size
+        assert same_weights(local.state_dict()["network"], remote.state_dict()["network"])
+    finally:
+        remote.close()
+        local.close()
+
+
+@needs_ray
+def test_impala_on_one_worker_reproduces_the_in_process_run(local_ray):
+    from echo_rl.training.impala_agent import IMPALAAgent
+
+    cfg = small_config(agent="impala")
+    local = IMPALAAgent(cfg.replace(backend="local"), make_vector_env(DOORKEY, cfg.num_actors), CPU)
+    remote = build_ray_agent(cfg, CPU, num_workers=1)
+    try:
+        assert isinstance(remote, IMPALAAgent) and type(remote).__name__ == "RayIMPALAAgent"
+        for _ in range(2):
+            local.train_iteration(), remote.train_iteration()
         assert same_weights(local.state_dict()["network"], remote.state_dict()["network"])
     finally:
         remote.close()
