@@ -85,9 +85,10 @@ def _check_positive(name: str, value: int) -> None:
 class TrajectoryEncoder(nn.Module):
     """Window of states ``[B, k, state_dim]`` + validity mask ``[B, k]`` -> plan distribution.
 
-    Each state is embedded, invalid (other-episode or padding) slots are zeroed
-    and the mask itself is appended, so the plan is a function of the valid
-    states only. Position is implicit in the flattened layout (slot k-1 is s_t).
+    Each state is embedded on its own, the embeddings of invalid (other-episode
+    or padding) slots are zeroed and the mask itself is appended, so the plan is
+    a function of the valid states only. Position is implicit in the flattened
+    layout (slot k-1 is s_t).
     """
 
     def __init__(self, state_dim: int, config: PlanningConfig | None = None, hidden_dim: int = 128):
@@ -106,26 +107,56 @@ class TrajectoryEncoder(nn.Module):
         nn.init.constant_(self.log_std_head.bias, -1.0)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> PlanDistribution:
-        if states.dim() != 3 or states.shape[1:] != (self.window, self.state_dim):
-            raise ValueError(f"states must be [B, {self.window}, {self.state_dim}], got {tuple(states.shape)}")
-        if mask.shape != states.shape[:2]:
-            raise ValueError(f"mask must be {tuple(states.shape[:2])}, got {tuple(mask.shape)}")
-        m = mask.to(states.dtype).unsqueeze(-1)
-        h = self.embed(states * m) * m  # zero the input and the embedding of invalid slots
-        h = self.body(torch.cat([h, m], dim=-1).flatten(1))
+        self._check(states, mask, self.window)
+        states = states * mask.to(states.dtype).unsqueeze(-1)  # invalid slots never enter (not even as NaN)
+        return self.plan_from_embeddings(self.embed_states(states), mask)
+
+    def embed_states(self, states: torch.Tensor) -> torch.Tensor:
+        """Per-state embeddings ``[..., D] -> [..., hidden]``: a state's embedding does not depend on its
+        window, so a caller with overlapping windows embeds each state once."""
+        return self.embed(states)
+
+    def plan_from_embeddings(self, h: torch.Tensor, mask: torch.Tensor) -> PlanDistribution:
+        """Window of state embeddings ``[B, k, hidden]`` + mask ``[B, k]`` -> plan; invalid slots are zeroed."""
+        m = mask.to(h.dtype).unsqueeze(-1)
+        h = self.body(torch.cat([h * m, m], dim=-1).flatten(1))
         log_std = self.log_std_head(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
         return PlanDistribution(self.mean_head(h), log_std)
+
+    def consecutive(self, states: torch.Tensor, mask: torch.Tensor) -> tuple[PlanDistribution, PlanDistribution]:
+        """Windows of k+1 states ``[B, k+1, D]`` -> (plan for slots 1..k, plan for slots 0..k-1).
+
+        The two windows share k states, so each state is embedded once. ``mask`` is
+        relative to the newest state's episode; the previous plan is only meaningful
+        where ``mask[:, -2]`` holds (which is where the plan KL counts it).
+        """
+        self._check(states, mask, self.window + 1)
+        h = self.embed_states(states)
+        return self.plan_from_embeddings(h[:, 1:], mask[:, 1:]), self.plan_from_embeddings(h[:, :-1], mask[:, :-1])
+
+    def _check(self, states: torch.Tensor, mask: torch.Tensor, width: int) -> None:
+        if states.dim() != 3 or states.shape[1:] != (width, self.state_dim):
+            raise ValueError(f"states must be [B, {width}, {self.state_dim}], got {tuple(states.shape)}")
+        if mask.shape != states.shape[:2]:
+            raise ValueError(f"mask must be {tuple(states.shape[:2])}, got {tuple(mask.shape)}")
 
 
 class PolicyNetwork(nn.Module):
     """Actor-critic pi(a | s, tau), V(s, tau) with FiLM conditioning on the plan.
 
-    ``alpha`` (PlanningConfig.soft_prefix_alpha) scales the plan's influence;
-    ``alpha = 0`` gives exactly the unconditioned network.
+    ``trunk(s)`` gives features h; the plan scales and shifts them (FiLM) and
+    the policy and value heads read the result. ``alpha``
+    (PlanningConfig.soft_prefix_alpha) scales the plan's influence; ``alpha = 0``
+    gives exactly the unconditioned network, and so does the zero-initialised
+    FiLM layer before it has learned anything. ``heads`` = (policy head, value
+    head) lets a caller use its own baseline's heads (the vector agent uses
+    PPO's, so the plan is the only difference); otherwise they are linear.
+    The width of h is ``trunk.out_dim`` when the trunk has one, else ``hidden_dim``.
     """
 
     def __init__(self, state_dim: int, action_dim: int, latent_dim: int, hidden_dim: int = 256,
-                 alpha: float = 0.5, trunk: nn.Module | None = None):
+                 alpha: float = 0.5, trunk: nn.Module | None = None,
+                 heads: tuple[nn.Module, nn.Module] | None = None):
         super().__init__()
         for name, v in (("state_dim", state_dim), ("action_dim", action_dim), ("latent_dim", latent_dim),
                         ("hidden_dim", hidden_dim)):
@@ -136,16 +167,24 @@ class PolicyNetwork(nn.Module):
         self.latent_dim = latent_dim
         self.trunk = trunk if trunk is not None else nn.Sequential(
             nn.Linear(state_dim, hidden_dim), nn.Tanh(), nn.Linear(hidden_dim, hidden_dim), nn.Tanh())
-        self.film = nn.Linear(latent_dim, 2 * hidden_dim)
+        width = int(getattr(trunk, "out_dim", hidden_dim)) if trunk is not None else hidden_dim
+        self.feature_dim = width
+        self.film = nn.Linear(latent_dim, 2 * width)
         nn.init.zeros_(self.film.weight)  # start as the unconditioned policy
         nn.init.zeros_(self.film.bias)
-        self.policy_head = nn.Linear(hidden_dim, action_dim)
-        self.value_head = nn.Linear(hidden_dim, 1)
-        nn.init.orthogonal_(self.policy_head.weight, 0.01)
-        nn.init.zeros_(self.policy_head.bias)
+        if heads is not None:
+            self.policy_head, self.value_head = heads
+        else:
+            self.policy_head = nn.Linear(width, action_dim)
+            self.value_head = nn.Linear(width, 1)
+            nn.init.orthogonal_(self.policy_head.weight, 0.01)
+            nn.init.zeros_(self.policy_head.bias)
 
     def features(self, states: torch.Tensor, plan: torch.Tensor) -> torch.Tensor:
-        h = self.trunk(states)
+        return self.condition(self.trunk(states), plan)
+
+    def condition(self, h: torch.Tensor, plan: torch.Tensor) -> torch.Tensor:
+        """FiLM of trunk features ``h`` by the plan sample."""
         if self.alpha == 0.0:
             return h
         scale, shift = self.film(plan).chunk(2, dim=-1)
@@ -188,26 +227,35 @@ class LatentPlanningOptimizer:
     The encoder has its own parameter group (``PlanningConfig.learning_rate``)
     and its own gradient clip (``PlanningConfig.max_grad_norm``); the policy's
     learning rate and clip come from the caller (its RL algorithm).
+    ``extra_modules`` (auxiliary heads, e.g. a world model) get a third group
+    with the policy's learning rate and their own clip of the same size, so an
+    auxiliary loss never shrinks the policy's clipped step.
     ``ema_decay`` drives the EMA plan tau_bar whose distance to a new plan is
     the plan surprise the prioritized replay samples by.
     """
 
     def __init__(self, state_dim: int, action_dim: int, config: PlanningConfig | None = None, *,
                  policy_lr: float = 3e-4, policy_max_grad_norm: float = 0.5, hidden_dim: int = 256,
-                 trunk: nn.Module | None = None, extra_modules: Iterable[nn.Module] = ()):
+                 trunk: nn.Module | None = None, heads: tuple[nn.Module, nn.Module] | None = None,
+                 extra_modules: Iterable[nn.Module] = ()):
         if config is not None and not isinstance(config, PlanningConfig):
             raise ConfigError(f"config must be a PlanningConfig, got {type(config).__name__}")
         self.config = config or PlanningConfig()
         self.encoder = TrajectoryEncoder(state_dim, self.config)
         self.policy = PolicyNetwork(state_dim, action_dim, self.config.embedding_dim, hidden_dim,
-                                    alpha=self.config.soft_prefix_alpha, trunk=trunk)
+                                    alpha=self.config.soft_prefix_alpha, trunk=trunk, heads=heads)
         self.extra = nn.ModuleList(list(extra_modules))
         self.policy_max_grad_norm = policy_max_grad_norm
-        self.optimizer = torch.optim.Adam([
-            {"params": list(self.policy.parameters()) + list(self.extra.parameters()), "lr": policy_lr,
-             "name": "policy"},
-            {"params": list(self.encoder.parameters()), "lr": self.config.learning_rate, "name": "encoder"},
-        ], eps=1e-5)
+        groups = [{"params": list(self.policy.parameters()), "lr": policy_lr, "name": "policy",
+                   "max_grad_norm": policy_max_grad_norm},
+                  {"params": list(self.encoder.parameters()), "lr": self.config.learning_rate, "name": "encoder",
+                   "max_grad_norm": self.config.max_grad_norm}]
+        if list(self.extra.parameters()):
+            groups.append({"params": list(self.extra.parameters()), "lr": policy_lr, "name": "aux",
+                           "max_grad_norm": policy_max_grad_norm})
+        for g in groups:
+            g["base_lr"] = g["lr"]
+        self.optimizer = torch.optim.Adam(groups, eps=1e-5)
         self.ema_plan = EMAPlanTracker(self.config.ema_decay, self.config.embedding_dim)
 
     # -- acting / learning ------------------------------------------------
@@ -231,18 +279,23 @@ class LatentPlanningOptimizer:
         ``masks[:, -2]`` says whether s_{t-1} is in s_t's episode; pairs that
         cross an episode start contribute nothing.
         """
-        current = self.encoder(windows[:, 1:], masks[:, 1:])
-        previous = self.encoder(windows[:, :-1], masks[:, :-1])
+        current, previous = self.encoder.consecutive(windows, masks)
         return consecutive_plan_kl(current, previous, masks[:, -2])
 
+    def set_learning_rate_scale(self, frac: float) -> None:
+        """Every group's learning rate = ``frac`` x its configured rate (linear annealing)."""
+        for g in self.optimizer.param_groups:
+            g["lr"] = frac * g["base_lr"]
+
     def step(self, loss: torch.Tensor) -> dict[str, float]:
-        """One optimiser step with separate gradient clips for policy and encoder."""
+        """One optimiser step; each parameter group (policy, encoder, aux) is clipped on its own."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        g_pol = nn.utils.clip_grad_norm_(self.optimizer.param_groups[0]["params"], self.policy_max_grad_norm)
-        g_enc = nn.utils.clip_grad_norm_(self.optimizer.param_groups[1]["params"], self.config.max_grad_norm)
+        norms = {}
+        for g in self.optimizer.param_groups:
+            norms[f"grad_norm_{g['name']}"] = float(nn.utils.clip_grad_norm_(g["params"], g["max_grad_norm"]))
         self.optimizer.step()
-        return {"grad_norm_policy": float(g_pol), "grad_norm_encoder": float(g_enc)}
+        return norms
 
     # -- plan surprise ----------------------------------------------------
     def plan_surprise(self, plans: np.ndarray, update: bool = True) -> np.ndarray:

@@ -11,24 +11,35 @@ One iteration:
 1. **Act**: each env keeps its last k states (cut at episode starts); the plan
    encoder turns them into p(tau_t); the policy conditions on the sample
    tau = mu + sigma*eps (eps stored, so the learner rebuilds exactly that plan).
+   Evaluation acts the same way (a sampled plan), so the policy evaluated is the
+   policy trained.
 2. **PPO update** on the rollout: clipped surrogate + value loss − entropy
    + ``kl_weight`` · KL[p(tau_t) || p(tau_{t-1})] (pairs inside one episode)
    + ``world_model_coef`` · CE(next observation's image tokens | s_t, a_t, tau_t).
 3. **Replay**: the rollout is cut into sequences of ``sequence_length`` steps
    (with the k states before each, for the plan windows) and added to the
-   hot/cold buffer, scored by plan surprise ``||tau - tau_bar||^2 + alpha|r|``;
-   ``replay_updates`` minibatches of sequences are then learned with V-trace,
-   weighted by the buffer's importance weights, and re-scored.
+   hot/cold buffer, scored by plan surprise ``||tau - tau_bar||^2 + alpha|r|``
+   of the plans the actors used; ``replay_updates`` minibatches of sequences are
+   then learned with V-trace, weighted by the buffer's importance weights, and
+   re-scored with the plans of that learning pass.
+
+The network is PPO's (``TrainingConfig.policy_network``: the same encoder, heads
+and initialisation) with a zero-initialised FiLM layer between the encoder and
+the heads, so each part is measured against exactly the PPO baseline.
 
 Ablations (``echo_config`` / ``planning_config`` fields): ``latent_plan=false``
 (no encoder, no KL), ``planning_config.kl_weight=0``, ``world_model_coef=0``,
-``replay_updates=0``. All four off is PPO on this agent's network.
+``replay_updates=0``. All four off is PPO: the same network, initial weights,
+actions and updates as ``--agent ppo`` with that seed (a test checks it).
 """
 
 from __future__ import annotations
 
 import math
+import tempfile
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -46,11 +57,13 @@ from echo_rl.core.latent_planning import (
     consecutive_plan_kl,
 )
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding, actor_seeds
-from echo_rl.models.policies import FlatEncoder, MiniGridEncoder
-from echo_rl.training.rollout import EpisodeStats, torch_generator
+from echo_rl.models.policies import ActorCritic, FlatEncoder, MiniGridEncoder
+from echo_rl.training.rollout import EpisodeStats, evaluate_policy, torch_generator
 
 STATE_SCALE = 0.1  # MiniGrid indices are < 11: keep the plan encoder's inputs O(1)
 REPLAY_MEMORY_LIMIT = 4 * 2**30
+# checkpoints carry the replay's storage when it is at most this big (the study's settings: ~17 MiB)
+REPLAY_CHECKPOINT_LIMIT = 256 * 2**20
 
 
 def unfold_windows(seq: torch.Tensor, ep: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,21 +80,39 @@ def unfold_windows(seq: torch.Tensor, ep: torch.Tensor, width: int) -> tuple[tor
 
 
 class WorldModelHead(nn.Module):
-    """(features of s_t with tau_t, a_t) -> logits of each image token of s_{t+1} (object/colour/state)."""
+    """(trunk features of s_t, tau_t, a_t) -> logits of each image token of s_{t+1} (object/colour/state).
 
-    def __init__(self, hidden_dim: int, num_actions: int, encoding: MiniGridObsEncoding):
+    Its gradient reaches its own weights and, through tau_t, the plan encoder, never
+    the policy's trunk: with the trunk in its path, the world model slowed PPO's
+    learning (DoorKey-5x5, docs/results.md), and a plan that predicts what comes
+    next is what the plan is for. With the plan off it only measures how predictable
+    the next observation is from the trunk's features.
+
+    Each cell's three channels get their own class count (11 objects, 6 colours,
+    3 states), and the cross-entropy is written as logsumexp - target logit: the
+    same value as ``F.cross_entropy`` at a quarter of its CPU time for these
+    short class axes.
+    """
+
+    def __init__(self, in_dim: int, num_actions: int, encoding: MiniGridObsEncoding, hidden_dim: int = 128):
         super().__init__()
         self.num_actions = num_actions
-        self.tokens = encoding.image_size
-        self.classes = max(encoding.num_objects, encoding.num_colors, encoding.num_states)
-        self.net = nn.Sequential(nn.Linear(hidden_dim + num_actions, hidden_dim), nn.Tanh(),
-                                 nn.Linear(hidden_dim, self.tokens * self.classes))
+        self.cells = encoding.view * encoding.view
+        self.image_size = encoding.image_size
+        self.classes = (encoding.num_objects, encoding.num_colors, encoding.num_states)
+        self.net = nn.Sequential(nn.Linear(in_dim + num_actions, hidden_dim), nn.Tanh(),
+                                 nn.Linear(hidden_dim, self.cells * sum(self.classes)))
 
     def loss(self, features: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         a = F.one_hot(actions.long(), self.num_actions).to(features.dtype)
-        logits = self.net(torch.cat([features, a], -1)).view(-1, self.tokens, self.classes)
-        target = next_obs[:, : self.tokens].long()
-        return F.cross_entropy(logits.reshape(-1, self.classes), target.reshape(-1))
+        logits = self.net(torch.cat([features, a], -1)).view(-1, self.cells, sum(self.classes))
+        target = next_obs[:, : self.image_size].long().view(-1, self.cells, 3)
+        total, start = 0.0, 0
+        for c, n in enumerate(self.classes):
+            lg = logits[..., start:start + n]
+            total = total + (lg.logsumexp(-1) - lg.gather(-1, target[..., c:c + 1]).squeeze(-1)).mean()
+            start += n
+        return total / len(self.classes)
 
 
 @dataclass
@@ -94,6 +125,7 @@ class _Rollout:
     next_ep: np.ndarray      # [N]
     wm_target: np.ndarray    # [T, N, D] the observation that followed each step (final_obs at episode ends)
     eps: np.ndarray          # [T, N, latent]
+    plan_mean: np.ndarray    # [T, N, latent] the plan means the actors used (replay scores)
     actions: np.ndarray
     logprobs: np.ndarray
     values: np.ndarray
@@ -130,13 +162,14 @@ class EchoAgent:
         self.encoding = MiniGridObsEncoding()
         self.obs_dim = int(envs.single_observation_space.shape[0])
         self.num_actions = int(envs.single_action_space.n)
+        base = self._base_network(config.policy_network)  # first, as PPO does: the same initial weights
         plan_cfg = self.plan_cfg if self.echo.latent_plan else self.plan_cfg.replace(soft_prefix_alpha=0.0)
-        hidden = self.echo.hidden_dim
-        self.wm_head = WorldModelHead(hidden, self.num_actions, self.encoding)
+        wm_dim = base.encoder.out_dim + (self.latent if self.echo.latent_plan else 0)
+        self.wm_head = WorldModelHead(wm_dim, self.num_actions, self.encoding)
         self.lpo = LatentPlanningOptimizer(
             self.obs_dim, self.num_actions, plan_cfg, policy_lr=self.ppo.learning_rate,
-            policy_max_grad_norm=self.ppo.max_grad_norm, hidden_dim=hidden,
-            trunk=self._trunk(config.policy_network, hidden), extra_modules=[self.wm_head])
+            policy_max_grad_norm=self.ppo.max_grad_norm, trunk=base.encoder, heads=(base.actor, base.critic),
+            extra_modules=[self.wm_head])
         self.lpo.modules().to(device)
         self.generator = torch_generator(config.seed + 1)
         self.np_rng = np.random.default_rng(config.seed + 2)
@@ -155,13 +188,17 @@ class EchoAgent:
         self.updates = 0
 
     # -- networks -------------------------------------------------------------
-    def _trunk(self, network: str, hidden: int) -> nn.Module:
-        """The state encoder under the FiLM layer: TrainingConfig.policy_network, as for PPO/IMPALA."""
+    def _base_network(self, network: str) -> ActorCritic:
+        """PPO's actor-critic for TrainingConfig.policy_network; its encoder is the trunk under the FiLM layer.
+
+        ``minigrid``: per-cell embeddings -> ``echo_config.hidden_dim`` features, 64-unit heads
+        (``make_actor_critic``'s shape at the default width 128); ``mlp``: the flat observation, 64x64 heads.
+        """
         if network == "minigrid":
-            return MiniGridEncoder(self.encoding, hidden=hidden)
+            return ActorCritic(self.num_actions, MiniGridEncoder(self.encoding, hidden=self.echo.hidden_dim),
+                               hidden=(64,))
         if network == "mlp":
-            return nn.Sequential(FlatEncoder(self.obs_dim), nn.Linear(self.obs_dim, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, hidden), nn.Tanh())
+            return ActorCritic(self.num_actions, FlatEncoder(self.obs_dim), hidden=(64, 64))
         raise ConfigError(f"TrainingConfig.policy_network={network!r} is invalid for echo-rl: allowed: minigrid, mlp")
 
     def _states(self, obs: torch.Tensor) -> torch.Tensor:
@@ -174,31 +211,29 @@ class EchoAgent:
         return self.lpo.encoder(self._states(windows), masks)
 
     def _heads(self, obs: torch.Tensor, plan: PlanDistribution | None, eps: torch.Tensor | None):
-        """-> (logits, values, features) with the plan sample mu + sigma*eps (zeros when the plan is off)."""
+        """-> (logits, values, world-model input) with the plan sample mu + sigma*eps (eps None: the mean).
+
+        The world-model input is (trunk features, detached; the plan sample): the world
+        model teaches the plan to predict, and leaves the trunk to the RL loss alone.
+        """
+        pol = self.lpo.policy
+        h = pol.trunk(obs)
         if plan is None:
-            tau = torch.zeros(obs.shape[0], self.latent, device=obs.device)
+            features, wm_in = h, h.detach()
         else:
             tau = plan.rsample(eps if eps is not None else torch.zeros_like(plan.mean))
-        h = self.lpo.policy.features(obs, tau)
-        return self.lpo.policy.policy_head(h), self.lpo.policy.value_head(h).squeeze(-1), h
+            features, wm_in = pol.condition(h, tau), torch.cat([h.detach(), tau], -1)
+        return pol.policy_head(features), pol.value_head(features).squeeze(-1), wm_in
 
-    def _acting_windows(self, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        w = np.concatenate([self.hist_obs[1:], obs[None]])  # [k, N, D]
-        e = np.concatenate([self.hist_ep[1:], self.cur_ep[None]])
-        mask = (e == self.cur_ep[None]) & (e >= 0)
-        t = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
-        return t(w).transpose(0, 1), t(mask).transpose(0, 1)
-
-    @torch.no_grad()
-    def _policy(self, obs: np.ndarray, eps: torch.Tensor | None):
-        o = torch.as_tensor(obs, device=self.device)
-        w, m = self._acting_windows(obs)
-        logits, values, _ = self._heads(o, self._plan(w, m), eps)
-        return logits, values
+    def _draw_eps(self, n: int, generator: torch.Generator) -> torch.Tensor | None:
+        """Plan noise for n plans (None when the plan is off: no draw, so the actions match PPO's)."""
+        if not self.echo.latent_plan:
+            return None
+        return torch.randn(n, self.latent, generator=generator).to(self.device)
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, generator: torch.Generator, episode_start: np.ndarray | None = None) -> np.ndarray:
-        """Evaluation acting with the plan mean (eps = 0).
+        """Evaluation acting, the way the actors act in training: a sampled plan, then a sampled action.
 
         With ``episode_start`` (True where ``obs`` begins an episode) the agent keeps
         per-env windows of the last k states, as in training. Without it, it cannot
@@ -206,67 +241,70 @@ class EchoAgent:
         reads s_t alone (a window of one state, as at an episode's first step).
         """
         o = torch.as_tensor(obs, device=self.device)
-        if episode_start is None:
-            w = torch.zeros(o.shape[0], self.k, self.obs_dim, dtype=o.dtype, device=self.device)
-            w[:, -1] = o
-            m = torch.zeros(o.shape[0], self.k, dtype=torch.bool, device=self.device)
-            m[:, -1] = True
-        else:
-            if self._eval_window is None or self._eval_window.states.shape[0] != len(obs):
-                self._eval_window = StateWindow(len(obs), self.obs_dim, self.k)
-                episode_start = np.ones(len(obs), dtype=bool)
-            wn, mn = self._eval_window.push(obs, episode_start)
-            w, m = torch.as_tensor(wn, device=self.device), torch.as_tensor(mn, device=self.device)
-        logits, _, _ = self._heads(o, self._plan(w, m), None)
+        plan = None
+        if self.echo.latent_plan:
+            if episode_start is None:
+                w = torch.zeros(o.shape[0], self.k, self.obs_dim, dtype=o.dtype, device=self.device)
+                w[:, -1] = o
+                m = torch.zeros(o.shape[0], self.k, dtype=torch.bool, device=self.device)
+                m[:, -1] = True
+            else:
+                if self._eval_window is None or self._eval_window.states.shape[0] != len(obs):
+                    self._eval_window = StateWindow(len(obs), self.obs_dim, self.k)
+                    episode_start = np.ones(len(obs), dtype=bool)
+                wn, mn = self._eval_window.push(obs, episode_start)
+                w, m = torch.as_tensor(wn, device=self.device), torch.as_tensor(mn, device=self.device)
+            plan = self._plan(w, m)
+        logits, _, _ = self._heads(o, plan, self._draw_eps(len(obs), generator))
         return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).cpu().numpy()
 
     def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:
-        """Like ``rollout.evaluate_policy`` (fixed per-env quota) but telling ``act`` where episodes start."""
-        num_envs = min(num_envs, episodes)
-        envs = make_envs(num_envs)
-        quota = np.full(num_envs, episodes // num_envs)
-        quota[: episodes % num_envs] += 1
-        obs, _ = envs.reset(seed=[seed + 10_000 * i for i in range(num_envs)])
-        start = np.ones(num_envs, dtype=bool)
-        gen = torch_generator(seed)
-        ep_ret, ep_len = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64)
-        stats = EpisodeStats()
+        """``rollout.evaluate_policy`` with episode starts passed to :meth:`act` (for the plan windows)."""
+        generator = torch_generator(seed)
         self._eval_window = None
         try:
-            while quota.any():
-                obs, rewards, terminated, truncated, _ = envs.step(self.act(obs, gen, start))
-                ep_ret += rewards
-                ep_len += 1
-                start = terminated | truncated
-                for i in np.nonzero(start)[0]:
-                    if quota[i] > 0:
-                        stats.add(ep_ret[i], ep_len[i], bool(terminated[i] and rewards[i] > 0))
-                        quota[i] -= 1
-                    ep_ret[i], ep_len[i] = 0.0, 0
+            return evaluate_policy(make_envs, lambda obs, start: self.act(obs, generator, start), episodes, seed,
+                                   num_envs=num_envs, episode_starts=True)
         finally:
-            envs.close()
-        return {"success_rate": float(np.mean(stats.successes)), "avg_reward": float(np.mean(stats.returns)),
-                "avg_length": float(np.mean(stats.lengths)), "episodes": len(stats.returns)}
+            self._eval_window = None
 
     # -- acting -----------------------------------------------------------------
     def _collect(self) -> _Rollout:
-        T, N, D = self.num_steps, self.num_envs, self.obs_dim
+        T, N, D, k = self.num_steps, self.num_envs, self.obs_dim, self.k
+        plan_on = self.echo.latent_plan
         r = _Rollout(obs=np.zeros((T, N, D), np.uint8), ep=np.zeros((T, N), np.int64),
                      ctx_obs=self.hist_obs.copy(), ctx_ep=self.hist_ep.copy(),
                      next_obs=None, next_ep=None, wm_target=np.zeros((T, N, D), np.uint8),
-                     eps=np.zeros((T, N, self.latent), np.float32), actions=np.zeros((T, N), np.int64),
+                     eps=np.zeros((T, N, self.latent), np.float32),
+                     plan_mean=np.zeros((T, N, self.latent) if plan_on else (T, N, 0), np.float32),
+                     actions=np.zeros((T, N), np.int64),
                      logprobs=np.zeros((T, N), np.float32), values=np.zeros((T, N), np.float32),
                      rewards=np.zeros((T, N), np.float32), terminated=np.zeros((T, N), bool),
                      truncated=np.zeros((T, N), bool), final_values=np.zeros((T, N), np.float32))
+        enc = self.lpo.encoder
+        with torch.no_grad():
+            # the weights are fixed for the whole rollout: embed each state once, keep a ring of k embeddings
+            emb = enc.embed_states(self._states(torch.as_tensor(self.hist_obs, device=self.device))) if plan_on else None
         for t in range(T):
             obs = self.next_obs
-            eps = torch.randn(N, self.latent, generator=self.generator).to(self.device)
-            logits, values = self._policy(obs, eps)
-            logp_all = torch.log_softmax(logits, -1)
-            actions = torch.multinomial(logp_all.exp().cpu(), 1, generator=self.generator).squeeze(-1)
-            logp = logp_all.cpu().gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            with torch.no_grad():
+                o = torch.as_tensor(obs, device=self.device)
+                plan = None
+                if plan_on:
+                    emb = torch.cat([emb[1:], enc.embed_states(self._states(o))[None]])  # [k, N, H]
+                    e = np.concatenate([self.hist_ep[1:], self.cur_ep[None]])
+                    mask = torch.as_tensor((e == self.cur_ep[None]) & (e >= 0), device=self.device)
+                    plan = enc.plan_from_embeddings(emb.transpose(0, 1), mask.transpose(0, 1))
+                    r.plan_mean[t] = plan.mean.cpu().numpy()
+                eps = self._draw_eps(N, self.generator)
+                logits, values, _ = self._heads(o, plan, eps)
+                logp_all = torch.log_softmax(logits, -1)
+                actions = torch.multinomial(logp_all.exp().cpu(), 1, generator=self.generator).squeeze(-1)
+                logp = logp_all.cpu().gather(-1, actions.unsqueeze(-1)).squeeze(-1)
             next_obs, rewards, terminated, truncated, info = self.envs.step(actions.numpy())
-            r.obs[t], r.ep[t], r.eps[t] = obs, self.cur_ep, eps.cpu().numpy()
+            r.obs[t], r.ep[t] = obs, self.cur_ep
+            if eps is not None:
+                r.eps[t] = eps.cpu().numpy()
             r.actions[t], r.logprobs[t], r.values[t] = actions.numpy(), logp.numpy(), values.cpu().numpy()
             r.rewards[t], r.terminated[t], r.truncated[t] = rewards, terminated, truncated
             r.wm_target[t] = next_obs
@@ -295,13 +333,12 @@ class EchoAgent:
 
     @torch.no_grad()
     def _final_values(self, final_obs: np.ndarray, envs: np.ndarray) -> np.ndarray:
-        """V(final_obs) for truncated envs; its window is the env's history (already holding s_t)."""
+        """V(final_obs) for truncated envs (plan mean); its window is the env's history (already holding s_t)."""
         w = np.concatenate([self.hist_obs[1:, envs], final_obs[None]])
         e = np.concatenate([self.hist_ep[1:, envs], self.cur_ep[None, envs]])
         mask = (e == self.cur_ep[None, envs]) & (e >= 0)
         t = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
-        o = t(final_obs)
-        _, values, _ = self._heads(o, self._plan(t(w).transpose(0, 1), t(mask).transpose(0, 1)), None)
+        _, values, _ = self._heads(t(final_obs), self._plan(t(w).transpose(0, 1), t(mask).transpose(0, 1)), None)
         return values.cpu().numpy()
 
     # -- learning ---------------------------------------------------------------
@@ -319,8 +356,7 @@ class EchoAgent:
 
     def _set_lr(self) -> None:
         frac = max(1.0 - self.updates / self.num_updates_total, 0.0) if self.ppo.anneal_lr else 1.0
-        self.lpo.optimizer.param_groups[0]["lr"] = frac * self.ppo.learning_rate
-        self.lpo.optimizer.param_groups[1]["lr"] = frac * self.plan_cfg.learning_rate
+        self.lpo.set_learning_rate_scale(frac)
 
     def _ppo_update(self, roll: _Rollout) -> dict[str, float]:
         ppo, k = self.ppo, self.k
@@ -381,10 +417,9 @@ class EchoAgent:
     def _plan_and_kl(self, win: torch.Tensor, mask: torch.Tensor) -> tuple[PlanDistribution, torch.Tensor]:
         """Plan for s_t (slots 1..k) and, when weighted, the KL to the plan for s_{t-1} (slots 0..k-1)."""
         states = self._states(win)
-        current = self.lpo.encoder(states[:, 1:], mask[:, 1:])
         if self.plan_cfg.kl_weight == 0:
-            return current, torch.zeros((), device=win.device)
-        previous = self.lpo.encoder(states[:, :-1], mask[:, :-1])
+            return self.lpo.encoder(states[:, 1:], mask[:, 1:]), torch.zeros((), device=win.device)
+        current, previous = self.lpo.encoder.consecutive(states, mask)
         return current, consecutive_plan_kl(current, previous, mask[:, -2])
 
     def _gather_windows(self, full_obs: torch.Tensor, full_ep: torch.Tensor, t: np.ndarray, env: np.ndarray,
@@ -425,6 +460,7 @@ class EchoAgent:
         hot = min(rc.hot_buffer_size, rc.age_threshold, rc.max_replay_age)
         cold = max(0, min(rc.cold_buffer_size, rc.max_replay_age - hot))
         need = (hot + cold) * item_bytes
+        self.replay_bytes = need
         if need > REPLAY_MEMORY_LIMIT:
             raise ConfigError(
                 f"TrainingConfig.replay_config would preallocate {need / 2**30:.1f} GiB for {hot + cold} sequences "
@@ -446,7 +482,10 @@ class EchoAgent:
         return {name: np.concatenate(v) for name, v in items.items()}
 
     def _sequence_forward(self, data: dict):
-        """Logits/values of replayed sequences: ``[L + 1, B]`` (last row: the bootstrap state)."""
+        """Logits/values of replayed sequences: ``[L + 1, B]`` (last row: the bootstrap state).
+
+        The L+1 windows of a sequence overlap: each of its k+L+1 states is embedded once.
+        """
         L, k = self.echo.sequence_length, self.k
         obs = torch.as_tensor(data["obs"], device=self.device).transpose(0, 1)  # [k+L+1, B, D]
         ep = torch.as_tensor(data["ep"], device=self.device).transpose(0, 1)
@@ -456,18 +495,27 @@ class EchoAgent:
         eps = torch.cat([eps, torch.zeros(1, B, self.latent, device=self.device)])  # bootstrap: plan mean
         plan, kl = None, torch.zeros((), device=self.device)
         if self.echo.latent_plan:
-            win, mask = unfold_windows(obs, ep, k + 1)  # [L+1, B, k+1, D]
-            plan, kl = self._plan_and_kl(win.reshape(-1, k + 1, self.obs_dim), mask.reshape(-1, k + 1))
+            enc = self.lpo.encoder
+            emb = enc.embed_states(self._states(obs))  # [k+L+1, B, H]
+            win, mask = unfold_windows(emb, ep, k + 1)  # [L+1, B, k+1, H]
+            win, mask = win.reshape(-1, k + 1, win.shape[-1]), mask.reshape(-1, k + 1)
+            plan = enc.plan_from_embeddings(win[:, 1:], mask[:, 1:])
+            if self.plan_cfg.kl_weight > 0:
+                previous = enc.plan_from_embeddings(win[:, :-1], mask[:, :-1])
+                kl = consecutive_plan_kl(plan, previous, mask[:, -2])
         logits, values, _ = self._heads(cur.reshape(-1, self.obs_dim), plan, eps.reshape(-1, self.latent))
         return logits.view(L + 1, B, -1), values.view(L + 1, B), plan, kl
 
     def _replay_update(self, roll: _Rollout) -> dict[str, float]:
         full_obs, full_ep = roll.full()
         items = self._sequence_items(roll, full_obs, full_ep)
-        with torch.no_grad():
-            _, _, plan, _ = self._sequence_forward(items)
-        scores = self._scores(plan, items)
-        self.replay.add(items, scores)
+        L = self.echo.sequence_length
+        # score new sequences by the plans the actors used (mean over the sequence's steps)
+        plans = None
+        if self.echo.latent_plan:
+            T, N = self.num_steps, self.num_envs
+            plans = roll.plan_mean.reshape(T // L, L, N, -1).mean(1).reshape((T // L) * N, -1)
+        self.replay.add(items, self._scores(plans, items))
         if not self.replay.ready:
             return {"replay/size": float(len(self.replay))}
         ppo, echo = self.ppo, self.echo
@@ -476,7 +524,7 @@ class EchoAgent:
             batch = self.replay.sample(echo.replay_batch_sequences)
             d = batch.data
             logits, values, plan, kl = self._sequence_forward(d)
-            t = lambda a, dt=None: torch.as_tensor(a, device=self.device).transpose(0, 1)  # noqa: E731
+            t = lambda a: torch.as_tensor(a, device=self.device).transpose(0, 1)  # noqa: E731
             actions, behav, rewards = t(d["actions"]), t(d["logprobs"]), t(d["rewards"])
             term, trunc, final_v = t(d["terminated"]), t(d["truncated"]), t(d["final_values"])
             logp_all = torch.log_softmax(logits[:-1], -1)
@@ -497,9 +545,9 @@ class EchoAgent:
             loss = (policy_loss + ppo.value_loss_coef * value_loss - ppo.entropy_coef * entropy
                     + self.plan_cfg.kl_weight * kl)
             self.lpo.step(loss)
-            with torch.no_grad():
-                _, _, plan, _ = self._sequence_forward(d)
-            self.replay.update_priorities(batch.indices, self._scores(plan, d, update=False))
+            # re-score with the plans of this learning pass (as PER re-scores with the pass's TD errors)
+            seq_plans = None if plan is None else plan.mean.detach().view(L + 1, -1, self.latent)[:-1].mean(0)
+            self.replay.update_priorities(batch.indices, self._scores(seq_plans, d, update=False))
             sums += torch.tensor([policy_loss.item(), value_loss.item(), out.rhos.mean().item(),
                                   (out.rhos > echo.vtrace_rho_bar).float().mean().item(),
                                   float(np.mean(batch.weights))])
@@ -508,13 +556,10 @@ class EchoAgent:
                 "replay/rho_clipped_fraction": clipped, "replay/importance_weight_mean": wmean,
                 "replay/size": float(len(self.replay))}
 
-    def _scores(self, plan: PlanDistribution | None, items: dict, update: bool = True) -> np.ndarray:
-        """Plan-surprise score per sequence: its mean plan against tau_bar, plus |summed reward|."""
-        B, L = items["actions"].shape
-        if plan is None:
-            plans = np.zeros((B, 1))
-        else:
-            plans = plan.mean.view(L + 1, B, -1)[:-1].mean(0).cpu().numpy()
+    def _scores(self, plans, items: dict, update: bool = True) -> np.ndarray:
+        """Plan-surprise score per sequence: its mean plan ``[B, latent]`` against tau_bar, plus |summed reward|."""
+        B = items["actions"].shape[0]
+        plans = np.zeros((B, 1)) if plans is None else np.asarray(plans.cpu() if torch.is_tensor(plans) else plans)
         return self.replay.surprise.score_batch(plans, items["rewards"].sum(1), update=update)
 
     # -- checkpointing ------------------------------------------------------------
@@ -529,37 +574,64 @@ class EchoAgent:
         self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
 
     def rollout_state(self) -> "_ActorState":
-        """Envs mid-episode and the actors' windows (picklable). The replay contents are not carried:
-        a resumed run refills its replay from fresh rollouts."""
-        return _ActorState(self.envs, {name: getattr(self, name) for name in _ActorState.FIELDS})
+        """Envs mid-episode, the actors' windows and the replay's contents (picklable), so a resumed run
+        continues exactly where the checkpoint left it.
+
+        The replay is written whole (its preallocated storage), so it is carried only up to
+        ``REPLAY_CHECKPOINT_LIMIT``; a bigger one is left out (with a warning) and a run resumed
+        from that checkpoint starts with an empty replay — the only thing such a resume loses.
+        """
+        replay = self.replay
+        if replay is not None and self.replay_bytes > REPLAY_CHECKPOINT_LIMIT:
+            warnings.warn(f"echo-rl checkpoint leaves out the replay ({self.replay_bytes / 2**20:.0f} MiB of "
+                          f"storage > {REPLAY_CHECKPOINT_LIMIT / 2**20:.0f} MiB): a resumed run refills it; lower "
+                          f"replay_config.max_replay_age for exact resumes", stacklevel=2)
+            replay = None
+        return _ActorState(self.envs, {name: getattr(self, name) for name in _ActorState.FIELDS}, replay)
 
     def load_rollout_state(self, state: "_ActorState") -> None:
         self.envs.close()
         self.envs = state.envs
         for name, value in state.arrays.items():
             setattr(self, name, value)
-
+        if self.replay is not None and state.replay_npz is not None:
+            state.load_replay(self.replay)
 
     def close(self) -> None:
         self.envs.close()
 
 
 class _ActorState:
-    """What the actors hold between iterations; pickles the envs the way the PPO collector does."""
+    """What the actors hold between iterations, plus the replay's contents.
+
+    The envs are pickled the way the PPO collector does; the replay as the bytes
+    of its own exact ``save`` file (contents, priorities, sampling RNG, EMA plan).
+    """
 
     FIELDS = ("next_obs", "hist_obs", "hist_ep", "cur_ep", "ep_return", "ep_length")
 
-    def __init__(self, envs, arrays: dict):
+    def __init__(self, envs, arrays: dict, replay=None):
         self.envs, self.arrays = envs, {k: np.copy(v) for k, v in arrays.items()}
+        self.replay_npz: bytes | None = None
+        if replay is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "replay.npz"
+                replay.save(path)
+                self.replay_npz = path.read_bytes()
+
+    def load_replay(self, replay) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "replay.npz"
+            path.write_bytes(self.replay_npz)
+            replay.load(path)
 
     def __getstate__(self) -> dict:
-        from echo_rl.environments import minigrid_vector as mv
+        from echo_rl.environments.minigrid_vector import snapshot_vector_env
 
-        if not hasattr(mv, "snapshot_vector_env"):
-            raise RuntimeError("checkpointing envs mid-episode needs minigrid_vector.snapshot_vector_env")
-        return {"envs": mv.snapshot_vector_env(self.envs), "arrays": self.arrays}
+        return {"envs": snapshot_vector_env(self.envs), "arrays": self.arrays, "replay_npz": self.replay_npz}
 
     def __setstate__(self, state: dict) -> None:
         from echo_rl.environments.minigrid_vector import restore_vector_env
 
         self.envs, self.arrays = restore_vector_env(state["envs"]), state["arrays"]
+        self.replay_npz = state.get("replay_npz")

@@ -100,26 +100,33 @@ class VectorRolloutCollector:
         return b
 
 
-def evaluate_policy(make_envs: Callable, act: Callable, episodes: int, seed: int, num_envs: int = 8) -> dict:
+def evaluate_policy(make_envs: Callable, act: Callable, episodes: int, seed: int, num_envs: int = 8, *,
+                    episode_starts: bool = False) -> dict:
     """Run exactly ``episodes`` episodes, ``ceil(episodes / num_envs)`` per env.
 
     A fixed quota per env (rather than the first N episodes to finish) avoids
     over-counting short episodes, and makes the result a function of the seed.
+    ``act(obs)`` returns actions; with ``episode_starts=True`` it is called as
+    ``act(obs, starts)``, ``starts[i]`` True where ``obs[i]`` begins an episode
+    (for agents that keep per-episode state, like EchoRL's plan windows).
     """
     num_envs = min(num_envs, episodes)
     envs = make_envs(num_envs)
     quota = np.full(num_envs, episodes // num_envs)
     quota[: episodes % num_envs] += 1
     obs, _ = envs.reset(seed=[seed + 10_000 * i for i in range(num_envs)])
+    starts = np.ones(num_envs, dtype=bool)
     ep_ret = np.zeros(num_envs)
     ep_len = np.zeros(num_envs, dtype=np.int64)
     stats = EpisodeStats()
     try:
         while quota.any():
-            obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+            actions = act(obs, starts) if episode_starts else act(obs)
+            obs, rewards, terminated, truncated, _ = envs.step(actions)
             ep_ret += rewards
             ep_len += 1
-            for i in np.nonzero(terminated | truncated)[0]:
+            starts = terminated | truncated
+            for i in np.nonzero(starts)[0]:
                 if quota[i] > 0:
                     stats.add(ep_ret[i], ep_len[i], bool(terminated[i] and rewards[i] > 0))
                     quota[i] -= 1

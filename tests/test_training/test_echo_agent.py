@@ -41,41 +41,24 @@ def test_unfold_windows_masks_other_episodes():
     assert m[:, 0].tolist() == [[False, True, True], [False, False, True], [False, True, True], [True, True, True]]
 
 
-def _collect_with_windows(agent):
-    seen = []
-    orig = agent._acting_windows
-
-    def spy(obs):
-        w, m = orig(obs)
-        seen.append((w.clone(), m.clone(), agent.cur_ep.copy()))
-        return w, m
-
-    agent._acting_windows = spy
-    roll = agent._collect()
-    agent._acting_windows = orig
-    return roll, seen
-
-
-def test_learner_rebuilds_the_actors_windows_and_logprobs():
+def test_learner_rebuilds_the_actors_plans_and_logprobs():
     agent = make_agent(env_kwargs={"max_steps": 6})  # time limits inside the rollout
     agent.train_iteration()  # so the next rollout starts with a non-empty history
-    roll, seen = _collect_with_windows(agent)
+    roll = agent._collect()
     T, N = agent.num_steps, agent.num_envs
     assert roll.terminated.any() or roll.truncated.any(), "test needs an episode boundary inside the rollout"
     full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
     t_idx, e_idx = np.repeat(np.arange(T), N), np.tile(np.arange(N), T)
     win, mask = agent._gather_windows(full_obs, full_ep, t_idx, e_idx, agent.k)
-    acting_w = torch.stack([s[0] for s in seen]).reshape(T * N, agent.k, -1)
-    acting_m = torch.stack([s[1] for s in seen]).reshape(T * N, agent.k)
-    assert torch.equal(mask, acting_m)
-    assert torch.equal(win[mask], acting_w[acting_m])
-    # no window holds a state of another episode
-    eps = torch.stack([torch.as_tensor(s[2]) for s in seen]).reshape(-1)
+    # no window holds a state of another episode (nor padding)
     ep_windows = full_ep[torch.as_tensor(t_idx[:, None] + 1 + np.arange(agent.k)), torch.as_tensor(e_idx)[:, None]]
-    assert torch.all((ep_windows == eps[:, None]) == mask)
-    # the learner's policy (stored eps) gives exactly the behaviour log-probs before any update
+    own = torch.as_tensor(roll.ep.reshape(-1))[:, None]
+    assert torch.equal(mask, ep_windows == own)
     with torch.no_grad():
         plan = agent._plan(win, mask)
+        # the actors (incremental embeddings) used exactly these plans
+        np.testing.assert_allclose(plan.mean.numpy(), roll.plan_mean.reshape(T * N, -1), atol=1e-5)
+        # the learner's policy (stored eps) gives exactly the behaviour log-probs before any update
         logits, _, _ = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), plan,
                                     torch.as_tensor(roll.eps.reshape(T * N, -1)))
         logp = torch.log_softmax(logits, -1).gather(-1, torch.as_tensor(roll.actions.reshape(-1, 1))).squeeze(-1)
@@ -161,3 +144,61 @@ def test_echo_agent_learns_empty_5x5():
         agent.train_iteration()
     out = agent.evaluate(lambda n: make_vector_env(ENV, n), episodes=32, seed=7)
     assert out["success_rate"] >= 0.9
+
+
+def test_all_parts_off_is_ppo():
+    """With every part off the agent is PPO: same initial weights, actions and updates."""
+    from echo_rl.training.ppo_agent import PPOAgent
+
+    cfg = TrainingConfig(env_name=ENV, agent="ppo", num_actors=4, batch_size=64, total_timesteps=10_000,
+                         seed=3).with_overrides({"ppo_config.batch_size": 32, "ppo_config.num_epochs": 2})
+    ppo = PPOAgent(cfg, make_vector_env(ENV, 4), torch.device("cpu"))
+    echo = make_agent(**{"seed": 3, "ppo_config.num_epochs": 2, "echo_config.latent_plan": False,
+                         "echo_config.replay_updates": 0, "echo_config.world_model_coef": 0.0,
+                         "planning_config.kl_weight": 0.0, "echo_config.hidden_dim": 128})
+    for _ in range(3):
+        a, b = ppo.train_iteration(), echo.train_iteration()
+        for key in ("loss/policy", "loss/value", "loss/entropy", "loss/grad_norm", "episode/return"):
+            if key in a:
+                assert a[key] == b[key], key
+
+
+def test_resume_from_checkpoint_is_exact():
+    """state_dict + rollout_state (envs, windows, replay contents) -> the same next iterations."""
+    import pickle
+
+    a = make_agent(env_kwargs={"max_steps": 10})
+    for _ in range(2):
+        a.train_iteration()
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    rollout = pickle.loads(pickle.dumps(a.rollout_state()))
+    b = make_agent(env_kwargs={"max_steps": 10})
+    b.load_state_dict(torch.load(buf, weights_only=True))
+    b.load_rollout_state(rollout)
+    for _ in range(2):
+        ma, mb = a.train_iteration(), b.train_iteration()
+        assert "replay/policy_loss" in ma
+        assert ma == mb
+    for p, q in zip(a.lpo.modules().parameters(), b.lpo.modules().parameters()):
+        assert torch.equal(p, q)
+
+
+def test_world_model_trains_the_plan_not_the_trunk():
+    agent = make_agent()
+    roll = agent._collect()
+    T, N = agent.num_steps, agent.num_envs
+    full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
+    idx = np.arange(T * N)
+    win, mask = agent._gather_windows(full_obs, full_ep, idx // N, idx % N, agent.k)
+    _, _, wm_in = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), agent._plan(win, mask),
+                               torch.as_tensor(roll.eps.reshape(T * N, -1)))
+    loss = agent.wm_head.loss(wm_in, torch.as_tensor(roll.actions.reshape(-1)),
+                              torch.as_tensor(roll.wm_target.reshape(T * N, -1)))
+    loss.backward()
+    assert all(p.grad is None for p in agent.lpo.policy.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in agent.lpo.encoder.parameters())
+    groups = {g["name"]: g for g in agent.lpo.optimizer.param_groups}
+    assert set(groups) == {"policy", "encoder", "aux"}  # the world model is clipped on its own
+    assert {id(p) for p in groups["aux"]["params"]} == {id(p) for p in agent.wm_head.parameters()}
