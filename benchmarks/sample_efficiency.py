@@ -103,13 +103,16 @@ def agent_source(agent: str) -> dict:
 
 
 def parse_budgets(items: list[str], envs: list[str], default: int) -> dict[str, int]:
+    """``--budget`` items for the run's envs; budgets naming other known envs are accepted and unused."""
     budgets = {e: default for e in envs}
+    known = sorted({*envs, *ENVS})
     for item in items:
         env, sep, steps = item.partition("=")
-        if not sep or env not in budgets or not steps.isdigit() or int(steps) < 1:
-            raise ValueError(f"--budget {item!r} is invalid: expected ENV=STEPS with ENV one of {envs}, "
+        if not sep or env not in known or not steps.isdigit() or int(steps) < 1:
+            raise ValueError(f"--budget {item!r} is invalid: expected ENV=STEPS with ENV one of {known}, "
                              f"STEPS a positive integer")
-        budgets[env] = int(steps)
+        if env in budgets:
+            budgets[env] = int(steps)
     return budgets
 
 
