@@ -163,3 +163,17 @@ def test_alfworld_trains_on_valid_train_and_evaluates_on_valid_unseen():
                          lm_config={"eval_env_config": {"split": "valid_seen"}})
     assert env_kwargs(own, held_out=True)["split"] == "valid_seen"
     assert HELD_OUT_SEED_BASE == 1_000_000
+
+
+def test_eval_command_on_a_text_run(checkpoint, tmp_path):
+    """`echo-rl eval --run-dir` on a text run: a short-lived engine on the checkpoint's weights, held-out games."""
+    import argparse
+
+    from echo_rl.commands.eval import _eval_run
+
+    cfg = _cfg(checkpoint, total_timesteps=100, **{"lm_config.max_updates": 1, "lm_config.sft_episodes": 0})
+    run = tmp_path / "run"
+    trained = asyncio.run(EchoRLTrainer(cfg, run, show_progress=False).train())
+    out = _eval_run(argparse.Namespace(run_dir=str(run), seed=None, episodes=1))
+    assert out["episodes"] == 1.0 and out["checkpoint"].startswith("step_")
+    assert out["heldout_env_ce"] == pytest.approx(trained.evaluation_results["heldout_env_ce"], abs=1e-6)

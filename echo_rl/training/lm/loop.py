@@ -169,10 +169,13 @@ class LMAgent:
         ev = RolloutConfig(**{**self.rollout_config.__dict__, "temperature": self.config.lm_config.eval_temperature})
         self.eval_worker = LMRolloutWorker(self.engine, self.renderer, ev, scorer=scorer, plan=plan)
 
-    async def close(self) -> None:
-        if self.engine is not None:
-            await self.engine.stop()
-            self.engine = None
+    def close(self) -> Any:
+        """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop)."""
+        return None if self.engine is None else self._stop_engine()
+
+    async def _stop_engine(self) -> None:
+        await self.engine.stop()
+        self.engine = None
 
     # -- acting and learning ----------------------------------------------------------
     async def train_iteration(self) -> dict[str, float]:
@@ -240,7 +243,7 @@ class LMAgent:
                                            for i in range(episodes)])
         finally:
             if own:
-                await self.close()
+                await self._stop_engine()
         out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
                "avg_reward": float(np.mean([t.total_reward for t in trajs])),
                "avg_length": float(np.mean([t.num_turns for t in trajs])),
