@@ -56,7 +56,7 @@ def base_config(args: argparse.Namespace, out: Path) -> dict:
             "total_timesteps": 10**9, "evaluation_episodes": args.eval_episodes, "torch_threads": 1,
             "lm_config.group_size": args.group_size, "lm_config.learning_rate": args.lr,
             "lm_config.temperature": args.temperature, "lm_config.eval_temperature": args.eval_temperature,
-            "lm_config.max_new_tokens": 8,
+            "lm_config.max_new_tokens": 8, "lm_config.action_mode": args.action_mode,
             "lm_config.max_turns": args.max_steps, "lm_config.sft_episodes": args.sft_episodes,
             "lm_config.sft_steps": args.sft_steps, "lm_config.sft_cache_dir": str(out / "sft_cache"),
             "lm_config.heldout_pool": args.heldout_pool, "lm_config.max_updates": args.updates,
@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default="minigrid:MiniGrid-Empty-Random-5x5-v0")
     p.add_argument("--max-steps", type=int, default=10, help="turns per episode")
     p.add_argument("--backbone", default="tiny")
-    p.add_argument("--updates", type=int, default=80)
+    p.add_argument("--updates", type=int, default=60)
+    p.add_argument("--action-mode", default="generate", choices=("generate", "choose"),
+                   help="free generation, or choosing among the admissible actions by likelihood")
     p.add_argument("--eval-every", type=int, default=10, help="updates between held-out evaluations")
     p.add_argument("--eval-episodes", type=int, default=32)
     p.add_argument("--heldout-pool", type=int, default=8)
