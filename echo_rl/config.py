@@ -395,6 +395,8 @@ class TrainingConfig(ConfigBase):
     backend: str = spec("local", help="where actors and learner run: local (this process) or ray "
                                       "(Ray actors; needs the distributed extra)", choices=("local", "ray"))
     ray_address: str | None = spec(None, help="Ray cluster address for backend=ray (None: start a local Ray)")
+    ray_num_workers: int | None = spec(None, help="Ray rollout actors for backend=ray, each owning a slice of "
+                                                  "the num_actors envs (None: num_actors // 8, at least 1)")
     batch_size: int = spec(1024, help="transitions per learner update", min=1)
     device: str = spec("cpu", help="torch device: cpu, cuda, cuda:N or mps")
     torch_threads: int = spec(1, help="torch intra-op CPU threads while training (0: torch's default); small "
@@ -433,8 +435,10 @@ class TrainingConfig(ConfigBase):
             self._fail("batch_size", self.batch_size, f"must be a multiple of num_actors={self.num_actors}")
         if self.train_frequency is not None and self.train_frequency < 1:
             self._fail("train_frequency", self.train_frequency, "must be >= 1 or None")
+        if self.ray_num_workers is not None and not 1 <= self.ray_num_workers <= self.num_actors:
+            self._fail("ray_num_workers", self.ray_num_workers, f"must be between 1 and num_actors={self.num_actors}")
         if self.num_learners > 1:
-            self._fail("num_learners", self.num_learners, "the in-process backend runs 1 learner")
+            self._fail("num_learners", self.num_learners, "EchoRL runs 1 learner on either backend (several learners are not built yet)")
 
     def _validate_text(self) -> None:
         if self.backbone is None:

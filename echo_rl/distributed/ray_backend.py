@@ -42,7 +42,7 @@ from echo_rl.utils.optional import require
 
 log = logging.getLogger("echo_rl.ray_backend")
 
-ENVS_PER_WORKER = 8  # default worker count: num_actors // 8 (at least 1) — a function of the config
+ENVS_PER_WORKER = 8  # workers when ray_num_workers is None: num_actors // 8 (at least 1)
 MAX_RESTARTS = 3  # Ray restarts of one worker over a run
 RESTART_TIMEOUT_S = 180.0  # how long the learner waits for a failed worker to come back
 RESEED_STRIDE = 100_003  # seed offset per restart (not a multiple of the 10000 env stride)
@@ -78,7 +78,7 @@ def worker_slices(num_actors: int, num_workers: int) -> list[Slice]:
 
 
 def default_num_workers(config: TrainingConfig) -> int:
-    return max(1, config.num_actors // ENVS_PER_WORKER)
+    return config.ray_num_workers or max(1, config.num_actors // ENVS_PER_WORKER)
 
 
 def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
@@ -86,7 +86,7 @@ def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
     num_steps = config.batch_size // config.num_actors
     return config.replace(num_actors=part.size, batch_size=num_steps * part.size, train_frequency=None,
                           seed=config.seed + 10_000 * part.start, backend="local", device="cpu",
-                          ray_address=None)
+                          ray_address=None, ray_num_workers=None)
 
 
 class RolloutWorker:

@@ -44,6 +44,9 @@ def test_worker_slices_cover_the_envs_in_order():
         worker_slices(2, 3)
     assert default_num_workers(small_config(num_actors=16, batch_size=2048)) == 2
     assert default_num_workers(small_config(num_actors=4)) == 1
+    assert default_num_workers(small_config(num_actors=4, ray_num_workers=4)) == 4
+    with pytest.raises(ConfigError, match="ray_num_workers=5 is invalid: must be between 1 and num_actors=4"):
+        small_config(num_actors=4, ray_num_workers=5)
 
 
 def test_missing_ray_names_the_extra(monkeypatch):
