@@ -24,7 +24,7 @@ import math
 import numpy as np
 import torch
 
-from echo_rl.config import TrainingConfig
+from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.models.policies import make_actor_critic
 from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, torch_generator
@@ -124,6 +124,11 @@ class ActorCriticAgent:
         return self.collector
 
     def load_rollout_state(self, collector: VectorRolloutCollector) -> None:
+        if not isinstance(collector, VectorRolloutCollector):
+            written_by = "backend=ray" if isinstance(collector, dict) and collector.get("backend") == "ray" else \
+                f"a {type(collector).__name__}"
+            raise ConfigError(f"this checkpoint's rollout state was written by {written_by}; resume it with the "
+                              f"backend that wrote it (weights and optimizer are compatible, envs mid-episode are not)")
         self.collector.envs.close()
         self.collector = collector
 

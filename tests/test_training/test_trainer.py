@@ -142,3 +142,19 @@ def test_help_documents_every_flag():
     for flag in ["--task", "--backbone", "--timesteps", "--num-actors", "--batch-size", "--seed", "--device",
                  "--config", "--run-dir", "--resume", "--agent", "--set"]:
         assert flag in out
+
+
+def test_ray_rollout_state_on_local_backend_is_a_one_line_error():
+    """A Ray checkpoint's envs cannot be resumed in-process; the error says which backend wrote them."""
+    from echo_rl.config import ConfigError
+    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.training.agents import agent_class
+
+    cfg = TrainingConfig(**{k: v for k, v in SMALL.items() if k != "total_timesteps"})
+    agent = agent_class("ppo")(cfg, make_vector_env(cfg.env_name, cfg.num_actors), torch.device("cpu"))
+    try:
+        with pytest.raises(ConfigError, match="written by backend=ray; resume it with the backend that wrote it"):
+            agent.load_rollout_state({"backend": "ray", "slices": [(0, 4)], "workers": [], "tokens": []})
+        agent.train_iteration()  # the agent's own envs were not closed by the refused load
+    finally:
+        agent.close()
