@@ -27,7 +27,7 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.models.policies import make_actor_critic
-from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, torch_generator
+from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, evaluate_policy, torch_generator
 
 
 class ActorCriticAgent:
@@ -81,6 +81,11 @@ class ActorCriticAgent:
     def act(self, obs: np.ndarray, generator: torch.Generator) -> np.ndarray:
         logits, _ = self.network(self._obs(obs))
         return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).cpu().numpy()
+
+    def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:
+        """Success and return of sampled actions over ``episodes`` seeded episodes (``rollout.evaluate_policy``)."""
+        generator = torch_generator(seed)
+        return evaluate_policy(make_envs, lambda obs: self.act(obs, generator), episodes, seed, num_envs=num_envs)
 
     # -- learning -----------------------------------------------------------
     def train_iteration(self) -> dict[str, float]:

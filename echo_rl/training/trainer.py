@@ -33,7 +33,6 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.training.agents import agent_class
 from echo_rl.training.progress import TrainingProgress
-from echo_rl.training.rollout import evaluate_policy, torch_generator
 from echo_rl.training.run_dir import RunDirectory, default_run_dir
 from echo_rl.utils.monitoring import JsonlLogger, TensorBoardLogger
 
@@ -154,11 +153,7 @@ class EchoRLTrainer:
         seed, episodes = cfg.seed + EVAL_SEED_OFFSET, episodes or cfg.evaluation_episodes
         make_envs = lambda n: make_vector_env(cfg.env_name, n, **cfg.env_config)  # noqa: E731
         num_envs = min(cfg.num_actors, 16)
-        if hasattr(self.agent, "evaluate"):  # agents with per-episode state (plan windows) track episode starts
-            return self.agent.evaluate(make_envs, episodes, seed, num_envs=num_envs)
-        generator = torch_generator(seed)
-        return evaluate_policy(make_envs, lambda obs: self.agent.act(obs, generator), episodes, seed,
-                               num_envs=num_envs)
+        return self.agent.evaluate(make_envs, episodes, seed, num_envs=num_envs)
 
     def request_stop(self) -> None:
         """Finish the current iteration, checkpoint and return (what Ctrl-C does)."""
