@@ -1,0 +1,88 @@
+"""benchmarks/sample_efficiency.py: the study runner's bookkeeping (budgets, provenance, aggregation, one real cell)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sample_efficiency.py"
+
+
+@pytest.fixture(scope="module")
+def se():
+    spec = importlib.util.spec_from_file_location("sample_efficiency_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cell(method, env, seed, successes, budget=100_000, sha="a" * 64, commit="c0", every=25_000, stopped=False):
+    curve = [{"step": every * (i + 1), "success_rate": s, "avg_reward": s, "wall_s": 1.0}
+             for i, s in enumerate(successes)]
+    return {"method": method, "env": env, "seed": seed, "total_steps": budget, "curve": curve, "wall_s": 60.0,
+            "stopped_early": stopped, "agent_file": "echo_rl/training/ppo_agent.py", "agent_file_sha256": sha,
+            "git_commit": commit}
+
+
+def test_steps_to_threshold_is_the_first_evaluation_at_or_above_it(se):
+    curve = _cell("ppo", "E", 0, [0.1, 0.95, 0.5, 1.0])["curve"]
+    assert se.steps_to_threshold(curve, 0.9, 100_000) == (50_000.0, True)
+    assert se.steps_to_threshold(curve, 0.96, 100_000) == (100_000.0, True)
+    assert se.steps_to_threshold(curve[:1], 0.9, 123) == (123.0, False)  # never reached: the budget, flagged
+
+
+def test_budgets_parse_and_bad_items_are_one_line_errors(se):
+    envs = ["MiniGrid-DoorKey-8x8-v0", "MiniGrid-MultiRoom-N2-S4-v0"]
+    got = se.parse_budgets(["MiniGrid-DoorKey-8x8-v0=1000", "MiniGrid-KeyCorridorS3R1-v0=7"], envs, 50)
+    assert got == {"MiniGrid-DoorKey-8x8-v0": 1000, "MiniGrid-MultiRoom-N2-S4-v0": 50}
+    for bad in ("MiniGrid-DoorKey-8x8-v0", "Nope-v0=5", "MiniGrid-DoorKey-8x8-v0=0", "MiniGrid-DoorKey-8x8-v0=1e6"):
+        with pytest.raises(ValueError, match="expected ENV=STEPS") as err:
+            se.parse_budgets([bad], envs, 50)
+        assert "\n" not in str(err.value)
+
+
+def test_provenance_refuses_mixed_versions_and_unrecorded_cells(se):
+    a = _cell("ppo", "E", 0, [1.0], sha="a" * 64, commit="c1")
+    b = _cell("ppo", "E", 1, [1.0], sha="b" * 64, commit="c2")
+    with pytest.raises(se.MixedCellsError, match="2 different versions"):
+        se.check_provenance([a, b])
+    assert se.check_provenance([a, b], allow_mixed=True)["ppo"]["commits"] == {"c1", "c2"}
+    old = {k: v for k, v in a.items() if k != "agent_file_sha256"}
+    with pytest.raises(se.MixedCellsError, match="no recorded agent source"):
+        se.check_provenance([old], allow_mixed=True)
+
+
+def test_summary_counts_and_iqm_match_a_hand_computed_grid(se):
+    # 4 seeds on one env: steps to 0.9 = 25k, 50k, budget(100k, never), 75k; last success 1, 0.9, 0.2, 0.95
+    cells = [_cell("ppo", "E", 0, [0.95, 1.0], stopped=True), _cell("ppo", "E", 1, [0.1, 0.9]),
+             _cell("ppo", "E", 2, [0.1, 0.2, 0.2, 0.2]), _cell("ppo", "E", 3, [0.0, 0.5, 0.95])]
+    (row,) = se.summarize(cells, reps=200)
+    assert (row["seeds"], row["reached"], row["cells"], row["stopped_early"]) == (4, 3, 4, 1)
+    # IQM of 4 values = mean of the middle two
+    assert row["steps_to_threshold"][0] == pytest.approx((50_000 + 75_000) / 2)
+    assert row["final_success"][0] == pytest.approx((0.9 + 0.95) / 2)
+    lo, hi = row["final_success"][1:]
+    assert lo <= row["final_success"][0] <= hi
+
+
+def test_report_lists_unfinished_cells_apart_from_the_aggregates(se, tmp_path):
+    for c in (_cell("ppo", "E", 0, [1.0]), _cell("ppo", "E", 1, [0.5, 1.0])):
+        se._write(tmp_path / "cells" / f"{se.cell_name(c['method'], c['env'], c['seed'])}.json", c)
+    se._write(tmp_path / "partial" / "echo-rl__E__0.json", _cell("echo-rl", "E", 0, [0.3]))
+    table = se.report(tmp_path, None, reps=100, plot_path=tmp_path / "p.png")
+    assert "| ppo | E (100k) | 2 | 2/2 |" in table
+    assert "Unfinished cells" in table and "| echo-rl | E | 0 | 25,000 / 100,000 | 0.300 | not yet |" in table
+    assert (tmp_path / "p.png").stat().st_size > 0
+    assert json.loads((tmp_path / "summary.json").read_text())[0]["method"] == "ppo"
+
+
+def test_a_real_cell_records_its_curve_provenance_and_stops_early(se, tmp_path):
+    res = se.run_cell("ppo", "MiniGrid-Empty-5x5-v0", 0, total_steps=3 * 2048, eval_every=2048, eval_episodes=4,
+                      out=str(tmp_path), early_stop=2, threshold=0.0)
+    assert res["stopped_early"] and [p["step"] for p in res["curve"]] == [2048, 4096]
+    saved = json.loads((tmp_path / "cells" / "ppo__MiniGrid-Empty-5x5-v0__0.json").read_text())
+    assert saved["agent_file"] == "echo_rl/training/ppo_agent.py" and len(saved["agent_file_sha256"]) == 64
+    assert not (tmp_path / "partial").exists() or not any((tmp_path / "partial").iterdir())
+    assert np.isfinite([p["success_rate"] for p in saved["curve"]]).all()
