@@ -361,6 +361,35 @@ class LMConfig(ConfigBase):
                             min=0)
     eval_every_updates: int = spec(0, help="evaluate and checkpoint every this many updates (0: by "
                                            "evaluation_frequency / save_frequency env steps)", min=0)
+    replay_updates: int = spec(0, help="extra learner steps per update on trajectories replayed from the hot/cold "
+                                       "buffer (0: no replay; --no-replay also switches it off)", min=0)
+    replay_batch: int = spec(8, help="trajectories per replayed learner step", min=1)
+    replay_capacity: int = spec(256, help="trajectories the replay keeps (older ones are evicted); the sampling "
+                                          "rule comes from replay_config", min=2)
+    replay_max_tokens: int = spec(2048, help="longest trajectory the replay stores (longer ones are not replayed)",
+                                  min=1)
+    objective: str = spec("grpo", help="policy objective: grpo (group-relative advantages, no critic) or ppo-rlhf "
+                                       "(value head + GAE); the ECHO term adds to either",
+                          choices=("grpo", "ppo-rlhf"))
+    gae_level: str = spec("turn", help="ppo-rlhf: GAE steps are turns or action tokens", choices=("turn", "token"))
+    gamma: float = spec(1.0, help="ppo-rlhf: discount per GAE step", min=0, max=1)
+    gae_lambda: float = spec(0.95, help="ppo-rlhf: GAE lambda", min=0, max=1)
+    vf_coef: float = spec(0.5, help="ppo-rlhf: weight of the value loss", min=0)
+    value_clip: float = spec(0.2, help="ppo-rlhf: clip of the value change (0: unclipped)", min=0)
+    reward: str = spec("env", help="reward source: env, rlaif (the AI judge's score alone) or mix "
+                                   "((1 - judge_weight)·env + judge_weight·judge)", choices=("env", "rlaif", "mix"))
+    judge_backbone: str | None = spec(None, help="rlaif/mix: the judge: tiny, tiny:<preset>, a local checkpoint, or "
+                                                 "an API model (needs its client library and key)")
+    judge_rubric: str = spec("", help="rlaif/mix: the rubric the judge scores against (empty: the built-in one)")
+    judge_mode: str = spec("likelihood", help="rlaif/mix: likelihood (expected score under the judge) or generate "
+                                              "(parse 'Score: N/M' from a greedy reply)",
+                           choices=("likelihood", "generate"))
+    judge_weight: float = spec(0.5, help="mix: weight of the judge's score", min=0, max=1)
+
+    def validate(self) -> None:
+        if self.reward != "env" and not self.judge_backbone:
+            self._fail("judge_backbone", self.judge_backbone, f"reward={self.reward!r} needs a judge: tiny, "
+                                                              "tiny:<preset>, a local checkpoint or an API model")
 
 
 @dataclass

@@ -82,6 +82,7 @@ class EchoLossTerms:
     kl: torch.Tensor
     lam: float
     metrics: dict[str, float] = field(default_factory=dict)
+    row_env_ce: torch.Tensor | None = None  # [B] detached token-mean CE of each row's target tokens (replay priorities)
 
 
 def echo_loss(logits: torch.Tensor, input_ids: torch.Tensor, roles: torch.Tensor, prompt_length: torch.Tensor,
@@ -119,4 +120,5 @@ def echo_loss(logits: torch.Tensor, input_ids: torch.Tensor, roles: torch.Tensor
             metrics[f"ce_token_mean_{name}"] = float((-lp_ce * m).sum() / m.sum().clamp(min=1))
         pg_abs = float(pg.pg_loss.abs())
         metrics["ce_pg_ratio"] = float(lam * env_ce) / pg_abs if pg_abs > 0 else float("nan")
-    return EchoLossTerms(loss, pg.pg_loss, env_ce, pg.kl, float(lam), metrics)
+        row_ce = (-lp_ce * target).sum(1) / target.sum(1).clamp(min=1)
+    return EchoLossTerms(loss, pg.pg_loss, env_ce, pg.kl, float(lam), metrics, row_ce)

@@ -124,8 +124,11 @@ def ppo_rlhf_loss(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, value
                   action_mask: torch.Tensor, value_mask: torch.Tensor, *, clip: float = 0.2,
                   value_clip: float | None = 0.2, vf_coef: float = 0.5, normalize_advantages: bool = True,
                   ref_logprobs: torch.Tensor | None = None, kl_coef: float = 0.0,
-                  reduction: str = "token_mean") -> PPORLHFLossTerms:
-    """Clipped policy loss on action tokens + ``vf_coef`` · (clipped) value loss on ``value_mask``."""
+                  reduction: str = "token_mean", weights: torch.Tensor | None = None) -> PPORLHFLossTerms:
+    """Clipped policy loss on action tokens + ``vf_coef`` · (clipped) value loss on ``value_mask``.
+
+    ``weights`` ``[B]``: per-trajectory importance weights (prioritized replay), on both terms.
+    """
     mask = action_mask.float()
     if normalize_advantages:
         n = mask.sum().clamp(min=1)
@@ -133,10 +136,12 @@ def ppo_rlhf_loss(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, value
         var = (((advantages - mean) * mask) ** 2).sum() / (n - 1).clamp(min=1)
         advantages = (advantages - mean) / (var.sqrt() + 1e-8) if mask.sum() > 1 else advantages - mean
     pg = grpo_loss(logprobs, behavior_logprobs, advantages, mask, clip_low=clip, clip_high=clip,
-                   ref_logprobs=ref_logprobs, kl_coef=kl_coef, reduction=reduction)
+                   ref_logprobs=ref_logprobs, kl_coef=kl_coef, reduction=reduction, weights=weights)
     err = (values - returns) ** 2
     if value_clip is not None:
         clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
         err = torch.max(err, (clipped - returns) ** 2)
+    if weights is not None:
+        err = err * weights.to(err.dtype).unsqueeze(1)
     value_loss = 0.5 * reduce_tokens(err, value_mask.float(), "token_mean")
     return PPORLHFLossTerms(pg.loss + vf_coef * value_loss, pg.pg_loss, value_loss, pg.clip_fraction, pg.kl)

@@ -123,3 +123,14 @@ def test_importance_weights_reach_the_ce_term():
     m = torch.tensor([[0.0, 1, 1], [0.0, 1, 1]])
     got = env_ce_loss(lp, m, torch.tensor([2, 2]), weights=torch.tensor([2.0, 0.0]))
     assert got.item() == pytest.approx((2 * 3 / 2.001 + 0) / 2)
+
+
+def test_per_row_env_ce_for_replay_priorities():
+    ids = _ids()
+    logits = _model()(ids)
+    terms = echo_loss(logits, ids, ROLES, PROMPT, torch.zeros(ROLES.shape), torch.zeros(2), COUNT, lam=0.05)
+    lp = sequence_logprobs(logits, ids)
+    # row 0: env tokens at 6, 7; row 1: at 4, 5, 6 — token means of -log p, not divided by |O|
+    want = [-(lp[0, 6] + lp[0, 7]) / 2, -(lp[1, 4] + lp[1, 5] + lp[1, 6]) / 3]
+    assert terms.row_env_ce.tolist() == pytest.approx([float(w.detach()) for w in want], rel=1e-6)
+    assert not terms.row_env_ce.requires_grad

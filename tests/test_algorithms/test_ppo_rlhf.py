@@ -62,3 +62,20 @@ def test_value_head_alignment_and_loss_by_hand():
     # pos 2: unclipped (1-2)^2 = 1, clipped (0.7-2)^2 = 1.69 -> 1.69; pos 6: 1 -> mean 1.345, x0.5
     assert t.value_loss.item() == pytest.approx(0.5 * (1.69 + 1.0) / 2)
     assert t.policy_loss.item() == 0.0 and t.loss.item() == pytest.approx(0.5 * t.value_loss.item())
+
+
+def test_importance_weights_scale_both_terms():
+    g = torch.Generator().manual_seed(0)
+    mask = torch.cat([MASK, MASK])
+    lp, blp = -torch.rand(2, 8, generator=g), -torch.rand(2, 8, generator=g)
+    values, old = torch.rand(2, 8, generator=g), torch.rand(2, 8, generator=g)
+    adv, ret = torch.randn(2, 8, generator=g), torch.rand(2, 8, generator=g)
+    kw = dict(normalize_advantages=False, value_clip=None)
+    plain = ppo_rlhf_loss(lp, blp, values, old, adv, ret, mask, mask, **kw)
+    ones = ppo_rlhf_loss(lp, blp, values, old, adv, ret, mask, mask, weights=torch.ones(2), **kw)
+    assert ones.loss.item() == plain.loss.item()
+    w = ppo_rlhf_loss(lp, blp, values, old, adv, ret, mask, mask, weights=torch.tensor([2.0, 0.0]), **kw)
+    only0 = ppo_rlhf_loss(lp[:1], blp[:1], values[:1], old[:1], adv[:1], ret[:1], MASK, MASK, **kw)
+    # row 1 weighs 0 and row 0 counts twice, over the same token count (2 rows x 3 action tokens)
+    assert w.policy_loss.item() == pytest.approx(only0.policy_loss.item())
+    assert w.value_loss.item() == pytest.approx(only0.value_loss.item())

@@ -1,4 +1,10 @@
-"""One optimiser step of a causal LM on token trajectories: ECHO/GRPO, or SFT on expert turns.
+"""One optimiser step of a causal LM on token trajectories: ECHO/GRPO, PPO-RLHF (+ ECHO), or SFT.
+
+``objective="grpo"`` uses group-relative advantages (no critic);
+``objective="ppo-rlhf"`` adds a :class:`~echo_rl.algorithms.ppo_rlhf.ValueHead`
+on the last hidden state and GAE over turns or action tokens, with the KL to
+the reference folded into the rewards (InstructGPT style). Either way the
+ECHO term λ·CE on env-output tokens comes from the same forward pass.
 
 Weights move here and reach the engine through ``engine.update_weights``
 (which bumps the policy version, so no stale KV is reused); trajectories
@@ -16,11 +22,15 @@ import torch
 
 from echo_rl.algorithms.echo_loss import LambdaSchedule, echo_loss, env_ce_loss
 from echo_rl.algorithms.grpo import group_advantages
+from echo_rl.algorithms.ppo_rlhf import ValueHead, ppo_rlhf_loss, rewards_at_turn_ends, rlhf_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, reduce_tokens, response_mask,
                                                sequence_logprobs)
 from echo_rl.training.lm.batch import collate
 from echo_rl.training.lm.plan import LMPlanner, plan_kl, planned_forward
 from echo_rl.types import TokenTrajectory
+
+
+OBJECTIVES = ("grpo", "ppo-rlhf")
 
 
 @dataclass
@@ -40,6 +50,12 @@ class LMLearnerConfig:
     plan_kl_weight: float = 0.0   # weight of KL[p(τ_k) || p(τ_k-1)] between consecutive plans (with a planner)
     plan_learning_rate: float = 3e-4
     plan_max_grad_norm: float = 1.0
+    objective: str = "grpo"       # grpo | ppo-rlhf (value head + GAE)
+    gae_level: str = "turn"
+    gamma: float = 1.0
+    gae_lambda: float = 0.95
+    vf_coef: float = 0.5
+    value_clip: float = 0.2       # 0: unclipped value loss
 
     def __post_init__(self) -> None:
         if isinstance(self.lam, (int, float)):
@@ -49,6 +65,8 @@ class LMLearnerConfig:
                              "must be > 0")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness={self.max_staleness} is invalid: must be >= 0")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective={self.objective!r} is invalid: allowed: {', '.join(OBJECTIVES)}")
 
 
 class LMLearner:
@@ -67,6 +85,13 @@ class LMLearner:
         self.planner = planner
         if self.config.kl_coef and ref_model is None:
             raise ValueError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
+        self.value_head = None
+        if self.config.objective == "ppo-rlhf":
+            if planner is not None:
+                raise ValueError("objective='ppo-rlhf' with a latent planner is not built (the planned forward has "
+                                 "no hidden states for the value head)")
+            self.value_head = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
+        self.last_rows: dict[str, np.ndarray] = {}  # per-trajectory |advantage| and env CE of the last update
         self.optimizer = self.make_optimizer(self.config.learning_rate)
         self.version = 0
         self.steps = 0
@@ -75,6 +100,8 @@ class LMLearner:
         groups = [{"params": list(self.model.parameters()), "lr": lr}]
         if self.planner is not None:
             groups.append({"params": list(self.planner.parameters()), "lr": self.config.plan_learning_rate})
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": lr})
         return torch.optim.AdamW(groups)
 
     def _plan_eps(self, trajectories: Sequence[TokenTrajectory]) -> list:
@@ -103,11 +130,13 @@ class LMLearner:
 
     def update(self, trajectories: Sequence[TokenTrajectory], *, advantages: Sequence[float] | None = None,
                weights: Sequence[float] | None = None) -> dict[str, float]:
-        """One ECHO step (GRPO when λ = 0).
+        """One ECHO step (GRPO when λ = 0; PPO-RLHF + λ·CE with ``objective="ppo-rlhf"``).
 
         Without ``advantages`` the batch must hold complete groups (they are
         normalised here); replayed trajectories bring the advantages stored
         when their group was added, and their importance ``weights``.
+        PPO-RLHF computes its advantages by GAE from the value head and ignores
+        ``advantages``.
         """
         cfg = self.config
         stale = [t.policy_version for t in trajectories if self.version - t.policy_version > cfg.max_staleness]
@@ -115,6 +144,8 @@ class LMLearner:
             raise ValueError(f"{len(stale)} trajectories are from policy version {min(stale)}, more than "
                              f"max_staleness={cfg.max_staleness} behind the learner's {self.version}")
         batch = collate(trajectories, self.pad_id).to(self._device())
+        if self.value_head is not None:
+            return self._ppo_rlhf_update(trajectories, batch, weights)
         if advantages is None:
             adv = group_advantages(batch.returns, batch.group_ids, scale=cfg.advantage_scale)
         else:
@@ -136,11 +167,70 @@ class LMLearner:
                           pg_temperature=cfg.pg_temperature or 1.0, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                           ref_logprobs=ref, kl_coef=cfg.kl_coef, pg_reduction=cfg.pg_reduction, weights=w)
         loss, kl_metrics = self._with_plan_kl(terms.loss, dists)
+        staleness = float(self.version - batch.policy_version.min())
+        self.last_rows = {"advantage": adv.detach().cpu().numpy(), "advantage_abs": adv.detach().abs().cpu().numpy(),
+                          "env_ce": terms.row_env_ce.cpu().numpy()}
         metrics = self._step(loss)
         metrics.update(terms.metrics)
         metrics.update(kl_metrics)
         metrics.update({"return_mean": float(batch.returns.mean()), "advantage_abs_mean": float(adv.abs().mean()),
-                        "staleness_max": float(self.version - batch.policy_version.min())})
+                        "staleness_max": staleness})
+        return metrics
+
+    def forward_with_values(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits, values ``[B, L]`` aligned like the log-probs, V of each row's final context ``[B]``)."""
+        out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
+        hidden = out.hidden_states[-1]
+        values = self.value_head(hidden)
+        last = batch.attention_mask.sum(1) - 1
+        final = self.value_head.proj(hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float())
+        return out.logits, values, final.squeeze(-1)
+
+    def _ppo_rlhf_update(self, trajectories: Sequence[TokenTrajectory], batch: Any,
+                         weights: Sequence[float] | None) -> dict[str, float]:
+        """PPO-RLHF: turn rewards on each turn's last action token, GAE from the value head (bootstrapped
+        from V(final context) when the episode was cut by a time limit), clipped policy + value loss,
+        plus λ·env CE. One epoch per batch, so the old values are this forward's (detached)."""
+        cfg = self.config
+        w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=batch.returns.device)
+        self.model.train()
+        logits, values, final = self.forward_with_values(batch)
+        T = cfg.pg_temperature or 1.0
+        lp = sequence_logprobs(logits, batch.input_ids, T)
+        resp = response_mask(batch.prompt_length, batch.input_ids.shape[1], batch.attention_mask)
+        acts = action_mask(batch.roles, resp)
+        token_rewards = rewards_at_turn_ends(acts, [t.rewards for t in trajectories])
+        ref = None
+        if self.ref_model is not None and cfg.kl_coef:
+            with torch.no_grad():
+                ref = sequence_logprobs(self._logits(self.ref_model, batch), batch.input_ids, T)
+        truncated = torch.tensor([float(bool(t.info.get("truncated"))) for t in trajectories], device=final.device)
+        adv, ret, vmask = rlhf_advantages(token_rewards, values.detach(), acts, gamma=cfg.gamma, lam=cfg.gae_lambda,
+                                          level=cfg.gae_level, logprobs=batch.behavior_logprobs, ref_logprobs=ref,
+                                          kl_coef=cfg.kl_coef, last_values=final.detach() * truncated)
+        terms = ppo_rlhf_loss(lp, batch.behavior_logprobs, values, values.detach(), adv, ret, acts, vmask,
+                              clip=cfg.clip_low, value_clip=cfg.value_clip or None, vf_coef=cfg.vf_coef,
+                              reduction=cfg.pg_reduction, weights=w)
+        lam = cfg.lam(self.steps)
+        lp_ce = lp if T == 1.0 else sequence_logprobs(logits, batch.input_ids, 1.0)
+        target = ce_mask(batch.roles, resp, cfg.ce_target)
+        env_ce = env_ce_loss(lp_ce, target, batch.env_output_count, normalization=cfg.ce_normalization, weights=w)
+        loss = terms.loss + lam * env_ce if lam else terms.loss
+        with torch.no_grad():
+            n_act = acts.sum(1).clamp(min=1)
+            self.last_rows = {"advantage": ((adv * acts).sum(1) / n_act).cpu().numpy(),
+                              "advantage_abs": ((adv.abs() * acts).sum(1) / n_act).cpu().numpy(),
+                              "env_ce": ((-lp_ce * target).sum(1) / target.sum(1).clamp(min=1)).cpu().numpy()}
+            n = acts.sum().clamp(min=1)
+            metrics = {"pg_loss": float(terms.policy_loss), "value_loss": float(terms.value_loss),
+                       "env_ce": float(env_ce), "env_ce_scaled": float(lam * env_ce), "lambda": float(lam),
+                       "clip_fraction": float(terms.clip_fraction), "tokens_action": float(acts.sum()),
+                       "kl": float(((batch.behavior_logprobs - ref) * acts).sum() / n) if ref is not None else 0.0,
+                       "value_mean": float((values * vmask).sum() / vmask.sum().clamp(min=1)),
+                       "advantage_abs_mean": float((adv.abs() * acts).sum() / n),
+                       "return_mean": float(batch.returns.mean()),
+                       "staleness_max": float(self.version - batch.policy_version.min())}
+        metrics.update(self._step(loss))
         return metrics
 
     def sft_update(self, trajectories: Sequence[TokenTrajectory], env_lambda: float = 0.0) -> dict[str, float]:
@@ -171,6 +261,8 @@ class LMLearner:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        if self.value_head is not None:
+            torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), self.config.max_grad_norm)
         if self.planner is not None:
             torch.nn.utils.clip_grad_norm_(self.planner.parameters(), self.config.plan_max_grad_norm)
         self.optimizer.step()

@@ -18,7 +18,17 @@ paper's world-model metric).
 TrainingConfig → this agent: ``agent=ppo`` is GRPO (λ = 0), ``agent=echo-rl``
 is ECHO (λ = ``lm_config.env_loss_coef``, 0 with ``echo_config.world_model_coef
 = 0``) plus the latent plan (off with ``echo_config.latent_plan = False``; its
-KL weight is ``planning_config.kl_weight``).
+KL weight is ``planning_config.kl_weight``). ``lm_config.objective="ppo-rlhf"``
+replaces GRPO's group advantages by a value head and GAE; ``lm_config.reward``
+takes rewards from the environment, an AI judge (RLAIF) or a mix.
+
+Replay (``lm_config.replay_updates > 0``; ``--no-replay`` switches it off for
+echo-rl): after the on-policy step every fresh trajectory goes into the
+hot/cold buffer with its group advantage and priority |A| + λ·CE (its loss
+magnitude); then ``replay_updates`` more learner steps each train on
+``replay_batch`` sampled trajectories, weighted by the buffer's importance
+weights, with the clipped ratio against their behaviour log-probs; samples
+more than ``max_staleness`` policy versions old are dropped, never trained on.
 """
 
 from __future__ import annotations
@@ -109,6 +119,9 @@ class LMAgent:
                               f"{config.env_name!r} does not have: set both to 0")
         self.model = model.to(device)
         self.use_plan = config.agent == "echo-rl" and config.echo_config.latent_plan
+        if lm.objective == "ppo-rlhf" and self.use_plan:
+            raise ConfigError("lm_config.objective='ppo-rlhf' is invalid with the latent plan (the value head needs "
+                              "the plain forward's hidden states): add --no-plan or use --agent ppo")
         self.lam = lm.env_loss_coef if config.agent == "echo-rl" and config.echo_config.world_model_coef > 0 else 0.0
         pc = config.planning_config
         self.planner = (LMPlanner(self.model.config.hidden_size, pc, lm.plan_tokens).to(device)
@@ -118,7 +131,12 @@ class LMAgent:
             learning_rate=lm.learning_rate, max_grad_norm=lm.max_grad_norm, lam=self.lam, clip_low=lm.clip,
             clip_high=lm.clip, pg_temperature=lm.temperature or 1.0, max_staleness=lm.max_staleness,
             plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm,
-            kl_coef=lm.kl_coef), planner=self.planner, ref_model=copy.deepcopy(self.model) if lm.kl_coef else None)
+            kl_coef=lm.kl_coef, objective=lm.objective, gae_level=lm.gae_level, gamma=lm.gamma,
+            gae_lambda=lm.gae_lambda, vf_coef=lm.vf_coef, value_clip=lm.value_clip),
+            planner=self.planner, ref_model=copy.deepcopy(self.model) if lm.kl_coef else None)
+        self.use_replay = lm.replay_updates > 0 and (config.agent != "echo-rl" or config.echo_config.replay_updates > 0)
+        self.replay = self._make_replay() if self.use_replay else None
+        self.judge = self._make_judge() if lm.reward != "env" else None
         self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
                                             max_new_tokens=lm.max_new_tokens, temperature=lm.temperature)
         self.env_steps = 0
@@ -204,10 +222,13 @@ class LMAgent:
             trajs += new
             steps += sum(t.num_turns for t in new)
             rnd += 1
+        env_returns = [t.total_reward for t in trajs]
+        judged = await self._judge(trajs) if self.judge is not None else {}
         t1 = time.perf_counter()
         m = self.learner.update(trajs)
         self.engine.bandwidth_tracker.record_learner_update(
             self.config.bandwidth_config.pg_loss_weight * abs(m.get("pg_loss", m["loss"])))
+        replayed = self._replay_steps(trajs) if self.replay is not None else {}
         await self.engine.update_weights(self.learner.state_dict_for_engine(), version=self.learner.version)
         if self.engine_planner is not None:
             self.engine_planner.load_state_dict(self.planner.state_dict())
@@ -215,11 +236,13 @@ class LMAgent:
         self.updates += 1
         self.next_seed = int(rng.integers(2**31))  # a resumed run draws exactly what this one would
         row = {"episode/success_rate": float(np.mean([t.info["won"] for t in trajs])),
-               "episode/return": float(np.mean([t.total_reward for t in trajs])),
+               "episode/return": float(np.mean(env_returns)),
                "episode/length": float(np.mean([t.num_turns for t in trajs])),
                "episode/count": float(len(trajs)), "episode/failed": float(len(failed)),
                "lm/lambda": self.lam, "lm/plan": float(self.use_plan)}
         row.update({f"lm/{k}": v for k, v in m.items()})
+        row.update(judged)
+        row.update(replayed)
         row.update(self._pending)
         self._pending = {}
         snap = self.engine.snapshot()
@@ -228,6 +251,94 @@ class LMAgent:
         self.timings = {"time/rollout_s": t1 - t0, "time/update_s": time.perf_counter() - t1,
                         "time/etps": snap["etps"], "time/engine_computed_tokens_per_s": snap["computed_tokens_per_s"]}
         return row
+
+    # -- replay -------------------------------------------------------------------------
+    def _make_replay(self) -> Any:
+        """The LM replay's sizes are in trajectories (``lm_config``), its sampling exponents from ``replay_config``.
+
+        Sampling is proportional to the priority (PER): a stale sample's priority set to 0 then means it
+        is not drawn again, which the softmax rule over plan-surprise scores would not give.
+        """
+        from echo_rl.config import ReplayConfig
+        from echo_rl.training.lm.replay import TrajectoryReplay
+
+        lm, rc = self.config.lm_config, self.config.replay_config
+        cfg = ReplayConfig(hot_buffer_size=lm.replay_capacity, cold_buffer_size=lm.replay_capacity,
+                           age_threshold=max(1, lm.replay_capacity // 2), max_replay_age=lm.replay_capacity,
+                           sampling_mode="proportional", min_experiences=lm.replay_batch,
+                           priority_alpha=rc.priority_alpha, priority_epsilon=rc.priority_epsilon,
+                           importance_sampling_beta=rc.importance_sampling_beta,
+                           hot_sample_ratio=rc.hot_sample_ratio)
+        plan_dim = self.planner.latent_dim if self.planner is not None else 0
+        return TrajectoryReplay(cfg, max_len=lm.replay_max_tokens, max_turns=lm.max_turns, seed=self.config.seed,
+                                plan_dim=plan_dim)
+
+    def _priorities(self) -> np.ndarray:
+        rows = self.learner.last_rows
+        return rows["advantage_abs"] + self.lam * rows["env_ce"]
+
+    def _replay_steps(self, fresh: list) -> dict[str, float]:
+        """Add the batch just trained on, then ``replay_updates`` importance-weighted steps on sampled ones."""
+        lm = self.config.lm_config
+        adv = self.learner.last_rows["advantage"]
+        keep = [i for i, t in enumerate(fresh) if self.replay.fits(t)]
+        if keep:
+            self.replay.add([fresh[i] for i in keep], adv[keep], self._priorities()[keep])
+        out = {"replay/added": float(len(keep)), "replay/too_long": float(len(fresh) - len(keep))}
+        steps, trained, dropped0 = 0, 0, self.replay.dropped_stale
+        stats: dict[str, list[float]] = {}
+        for _ in range(lm.replay_updates):
+            if len(self.replay) < lm.replay_batch:
+                break
+            got, advs, weights, idx = self.replay.sample(lm.replay_batch, current_version=self.learner.version,
+                                                         max_staleness=lm.max_staleness)
+            if not got:
+                continue
+            m = self.learner.update(got, advantages=advs, weights=weights)
+            self.replay.update_priorities(idx, self._priorities())
+            steps, trained = steps + 1, trained + len(got)
+            for k in ("loss", "pg_loss", "env_ce", "clip_fraction", "ratio_mean", "staleness_max"):
+                if k in m:
+                    stats.setdefault(k, []).append(m[k])
+            stats.setdefault("importance_weight_mean", []).append(float(np.mean(weights)))
+        out.update({"replay/steps": float(steps), "replay/trained": float(trained),
+                    "replay/dropped_stale": float(self.replay.dropped_stale - dropped0),
+                    "replay/size": float(len(self.replay))})
+        out.update({f"replay/{k}": float(np.mean(v)) for k, v in stats.items()})
+        return out
+
+    # -- RLAIF ----------------------------------------------------------------------------
+    def _make_judge(self) -> Any:
+        from echo_rl.algorithms.rlaif import DEFAULT_RUBRIC, AIJudge
+        from echo_rl.models import load_backbone
+
+        lm = self.config.lm_config
+        return AIJudge(load_backbone(lm.judge_backbone), lm.judge_rubric or DEFAULT_RUBRIC, mode=lm.judge_mode,
+                       on_unparsed="zero")
+
+    async def _judge(self, trajs: list) -> dict[str, float]:
+        """Replace each trajectory's rewards: ``rlaif`` puts the judge's score on the last turn (the others 0);
+        ``mix`` scales the env rewards by (1 - w) and adds w·score on the last turn, so the return is
+        ``mix_rewards(env_return, score, w)``."""
+        from echo_rl.algorithms.rlaif import mix_rewards
+
+        lm = self.config.lm_config
+        w = 1.0 if lm.reward == "rlaif" else lm.judge_weight
+        def judge_all() -> list:
+            out = []
+            for t in trajs:
+                msgs = [m for m in t.info["history"] if m["role"] != "system"]
+                out.append(self.judge.judge(msgs[0]["content"], msgs[1:]))
+            return out
+
+        judgements = await asyncio.to_thread(judge_all)
+        for t, j in zip(trajs, judgements):
+            t.info["env_return"], t.info["judge_score"] = t.total_reward, j.score
+            t.rewards = [(1.0 - w) * r for r in t.rewards[:-1]] + [mix_rewards(t.rewards[-1], j.score, w)]
+        scores = [j.score for j in judgements]
+        return {"rlaif/judge_score": float(np.mean(scores)),
+                "rlaif/unparsed": float(np.mean([not j.parsed for j in judgements])),
+                "rlaif/return": float(np.mean([t.total_reward for t in trajs]))}
 
     async def evaluate(self, episodes: int) -> dict[str, float]:
         """Success on held-out games (greedy, or sampled at ``eval_temperature`` with fixed seeds) + env-output
@@ -302,7 +413,8 @@ class LMAgent:
                 "ref_model": ref.state_dict() if ref is not None else {},
                 "planner": self.planner.state_dict() if self.planner is not None else {},
                 "learner_steps": self.learner.steps, "version": self.learner.version, "env_steps": self.env_steps,
-                "updates": self.updates, "next_seed": self.next_seed, "sft_done": self.sft_done}
+                "updates": self.updates, "next_seed": self.next_seed, "sft_done": self.sft_done,
+                **({"value_head": self.learner.value_head.state_dict()} if self.learner.value_head is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -310,14 +422,21 @@ class LMAgent:
             self.learner.ref_model.load_state_dict(state["ref_model"])
         if self.planner is not None:
             self.planner.load_state_dict(state["planner"])
+        if self.learner.value_head is not None:
+            self.learner.value_head.load_state_dict(state["value_head"])
         self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
         self.learner.optimizer.load_state_dict(state["optimizer"])
         self.learner.steps, self.learner.version = int(state["learner_steps"]), int(state["version"])
         self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
         self.next_seed, self.sft_done = int(state["next_seed"]), bool(state["sft_done"])
 
-    def rollout_state(self) -> None:
-        return None  # every update starts whole episodes: nothing is mid-episode at a checkpoint
+    def rollout_state(self) -> dict | None:
+        """Every update starts whole episodes, so only the replay (if any) is carried: its exact save file
+        (contents, priorities, sampling RNG), so a resumed run samples what this one would have."""
+        if self.replay is None:
+            return None
+        return {"replay_npz": self.replay.to_bytes(), "dropped_stale": self.replay.dropped_stale}
 
     def load_rollout_state(self, state: Any) -> None:
-        pass
+        if self.replay is not None and state:
+            self.replay.load_bytes(state["replay_npz"], state["dropped_stale"])

@@ -6,11 +6,15 @@ out. The GRPO advantage is computed from the whole group when the group is
 added and stored with each member: a sample of the buffer rarely holds a
 whole group. Samples from a policy more than ``max_staleness`` versions old
 are dropped on sampling (their priority set to 0 so they are not drawn again)
-rather than trained on.
+rather than trained on. A record also keeps what the learner needs besides
+the tokens: the actor's plan noise ε per turn (latent plans) and whether the
+episode was cut by a time limit (PPO-RLHF bootstraps those).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -20,7 +24,8 @@ from echo_rl.core.prioritized_replay import HotColdBuffer
 from echo_rl.types import TokenTrajectory
 
 
-def trajectory_record(traj: TokenTrajectory, advantage: float, max_len: int, max_turns: int) -> dict:
+def trajectory_record(traj: TokenTrajectory, advantage: float, max_len: int, max_turns: int,
+                      plan_dim: int = 0) -> dict:
     n, k = len(traj), traj.num_turns
     if n > max_len or k > max_turns:
         raise ValueError(f"trajectory has {n} tokens / {k} turns; the replay holds at most max_len={max_len} "
@@ -35,9 +40,21 @@ def trajectory_record(traj: TokenTrajectory, advantage: float, max_len: int, max
     rewards[:k] = traj.rewards
     scalars = dict(length=n, num_turns=k, prompt_length=traj.prompt_length, env_output_count=traj.env_output_count,
                    group_id=traj.group_id, episode_id=traj.episode_id, policy_version=traj.policy_version)
-    return {"token_ids": ids, "roles": roles, "behavior_logprobs": blp, "rewards": rewards,
-            "advantage": np.asarray(advantage, np.float32),
-            **{name: np.asarray(v, np.int64) for name, v in scalars.items()}}
+    rec = {"token_ids": ids, "roles": roles, "behavior_logprobs": blp, "rewards": rewards,
+           "advantage": np.asarray(advantage, np.float32),
+           "truncated": np.asarray(bool(traj.info.get("truncated")), np.int8),
+           **{name: np.asarray(v, np.int64) for name, v in scalars.items()}}
+    if plan_dim:
+        eps = traj.info.get("plan_eps")
+        if eps is None:
+            raise ValueError(f"trajectory {traj.episode_id} has no info['plan_eps']; this replay stores plans "
+                             f"(plan_dim={plan_dim})")
+        eps = np.asarray(eps, np.float32)
+        if eps.shape != (k, plan_dim):
+            raise ValueError(f"info['plan_eps'] has shape {eps.shape}; expected ({k}, {plan_dim})")
+        rec["plan_eps"] = np.zeros((max_turns, plan_dim), np.float32)
+        rec["plan_eps"][:k] = eps
+    return rec
 
 
 def record_trajectory(rec: dict, i: int) -> tuple[TokenTrajectory, float]:
@@ -47,19 +64,27 @@ def record_trajectory(rec: dict, i: int) -> tuple[TokenTrajectory, float]:
                            [float(x) for x in rec["behavior_logprobs"][i, :n]],
                            [float(x) for x in rec["rewards"][i, :k]], int(rec["prompt_length"][i]),
                            int(rec["env_output_count"][i]), group_id=int(rec["group_id"][i]),
-                           episode_id=int(rec["episode_id"][i]), policy_version=int(rec["policy_version"][i]))
+                           episode_id=int(rec["episode_id"][i]), policy_version=int(rec["policy_version"][i]),
+                           info={"truncated": True} if rec["truncated"][i] else {})
+    if "plan_eps" in rec:
+        traj.info["plan_eps"] = np.array(rec["plan_eps"][i, :k], np.float32)
     return traj, float(rec["advantage"][i])
 
 
 class TrajectoryReplay:
     """A :class:`HotColdBuffer` of token trajectories (proportional priorities recommended)."""
 
-    def __init__(self, config: ReplayConfig, *, max_len: int, max_turns: int = 64, seed: int | None = None) -> None:
-        if max_len < 1 or max_turns < 1:
-            raise ValueError(f"max_len={max_len}, max_turns={max_turns} are invalid: must be >= 1")
+    def __init__(self, config: ReplayConfig, *, max_len: int, max_turns: int = 64, seed: int | None = None,
+                 plan_dim: int = 0) -> None:
+        if max_len < 1 or max_turns < 1 or plan_dim < 0:
+            raise ValueError(f"max_len={max_len}, max_turns={max_turns}, plan_dim={plan_dim} are invalid: "
+                             "must be >= 1, >= 1, >= 0")
         self.buffer = HotColdBuffer(config, seed=seed)
-        self.max_len, self.max_turns = max_len, max_turns
+        self.max_len, self.max_turns, self.plan_dim = max_len, max_turns, plan_dim
         self.dropped_stale = 0
+
+    def fits(self, traj: TokenTrajectory) -> bool:
+        return len(traj) <= self.max_len and traj.num_turns <= self.max_turns
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -68,7 +93,8 @@ class TrajectoryReplay:
             priorities: Sequence[float] | None = None) -> np.ndarray:
         if len(trajectories) != len(advantages):
             raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantages")
-        recs = [trajectory_record(t, a, self.max_len, self.max_turns) for t, a in zip(trajectories, advantages)]
+        recs = [trajectory_record(t, a, self.max_len, self.max_turns, self.plan_dim)
+                for t, a in zip(trajectories, advantages)]
         batch = {k: np.stack([r[k] for r in recs]) for k in recs[0]}
         return self.buffer.add(batch, None if priorities is None else np.asarray(priorities, np.float64))
 
@@ -92,3 +118,27 @@ class TrajectoryReplay:
         keep_idx = np.asarray(keep, dtype=np.int64)
         return (trajs, np.asarray(advs, np.float32), np.asarray(batch.weights)[keep_idx],
                 np.asarray(batch.indices)[keep_idx])
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        self.buffer.update_priorities(np.asarray(indices), np.asarray(priorities, np.float64))
+
+    def to_bytes(self) -> bytes:
+        """Contents, priorities and sampling state (the buffer's own exact ``save`` file) for a checkpoint."""
+        fd, path = tempfile.mkstemp(suffix=".npz")
+        os.close(fd)
+        try:
+            self.buffer.save(path)
+            with open(path, "rb") as fh:
+                return fh.read()
+        finally:
+            os.unlink(path)
+
+    def load_bytes(self, data: bytes, dropped_stale: int = 0) -> None:
+        fd, path = tempfile.mkstemp(suffix=".npz")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            self.buffer.load(path)
+        finally:
+            os.unlink(path)
+        self.dropped_stale = int(dropped_stale)

@@ -180,7 +180,7 @@ class LMRolloutWorker:
             truncated = True
         extra = {} if ep_plan is None else {"plan_eps": ep_plan.eps}
         traj = b.finish(won=won, truncated=truncated, actions=list(b.turn_texts),
-                        truncated_observations=b.truncated_observations,
+                        truncated_observations=b.truncated_observations, history=list(b.history),
                         policy_versions=sorted(versions) if versions else [version], **extra)
         traj.timings.update({"env_s": t_env, "act_s": t_gen})
         return traj
