@@ -68,3 +68,24 @@ def test_summarize_only_cli(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--seeds", "0", "--arms", "grpo", "--summarize-only"]) == 0
     out = capsys.readouterr().out
     assert "| grpo | 3 | 1.000 |" in out and (tmp_path / "study.png").is_file()
+
+
+def test_extend_copies_a_finished_run_and_raises_its_updates(tmp_path):
+    from echo_rl.config import TrainingConfig
+    from echo_rl.training.lm.study import extend
+
+    old = tmp_path / "old" / "grpo-seed0"
+    (old / "checkpoints").mkdir(parents=True)
+    (old / "checkpoints" / "latest").write_text("step_1")
+    (old / "summary.json").write_text("{}")
+    (old / "metrics.jsonl").write_text('{"train/updates": 60.0}\n')
+    TrainingConfig(env_name="alfworld", backbone="tiny", lm_config={"max_updates": 60}).save_yaml(old / "config.yaml")
+    new = tmp_path / "new" / "grpo-seed0"
+    new.parent.mkdir()
+    assert extend(tmp_path / "old", new, 160)
+    assert TrainingConfig.load_yaml(new / "config.yaml").lm_config.max_updates == 160
+    assert not (new / "summary.json").exists() and (new / "metrics.jsonl").read_text() == '{"train/updates": 60.0}\n'
+    assert not extend(tmp_path / "old", new, 160)  # already there: left alone (a later invocation resumes it)
+    (tmp_path / "third").mkdir()
+    with pytest.raises(SystemExit, match="already have 60 updates"):
+        extend(tmp_path / "old", tmp_path / "third" / "grpo-seed0", 60)

@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -67,8 +68,26 @@ def run_config(args: argparse.Namespace, out: Path, arm: str, seed: int) -> Trai
     return TrainingConfig().with_overrides({**base_config(args, out), **ARMS[arm], "seed": seed})
 
 
+def extend(src: Path, run: Path, updates: int) -> bool:
+    """Copy a finished run of an earlier study and raise its ``max_updates``, so resuming it continues the same
+    run (same settings, weights, optimiser and sampling state) instead of starting over. False: nothing to copy."""
+    old = src / run.name
+    if run.exists() or not (old / "checkpoints" / "latest").is_file():
+        return False
+    shutil.copytree(old, run)
+    (run / "summary.json").unlink(missing_ok=True)
+    cfg = TrainingConfig.load_yaml(run / "config.yaml")
+    if updates <= cfg.lm_config.max_updates:
+        raise SystemExit(f"--updates={updates} is invalid with --extend-from: the runs in {src} already have "
+                         f"{cfg.lm_config.max_updates} updates")
+    cfg.with_overrides({"lm_config.max_updates": updates}).save_yaml(run / "config.yaml")
+    return True
+
+
 def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int) -> str:
     run = out / f"{arm}-seed{seed}"
+    if args.extend_from:
+        extend(Path(args.extend_from), run, args.updates)
     if (run / "summary.json").is_file():
         return f"{run.name}: done before"
     logs = out / "logs"
@@ -210,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="held-out evaluation (0: greedy); sampled evaluations use fixed per-episode seeds")
     p.add_argument("--sft-episodes", type=int, default=8)
     p.add_argument("--sft-steps", type=int, default=30)
+    p.add_argument("--extend-from", metavar="DIR", help="continue the finished runs of an earlier study in DIR "
+                                                        "(copied into --out) up to --updates")
     p.add_argument("--summarize-only", action="store_true", help="only rebuild summary.md/json and study.png")
     args = p.parse_args(argv)
     out = Path(args.out)
