@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from echo_rl.training.lm.study import ARMS, ci95, main, run_config, summarize, write_summary
+from echo_rl.training.lm.study import ARMS, EXTRA_ARMS, ci95, main, run_config, summarize, write_summary
 
 
 def test_ci95_by_hand():
@@ -54,12 +54,14 @@ def test_arms_are_real_training_configs(tmp_path):
                               group_size=4, groups=2, eval_episodes=16, lr=3e-4, temperature=0.7, sft_episodes=8,
                               eval_temperature=0.7, action_mode="choose",
                               sft_steps=30, heldout_pool=8, updates=60, eval_every=10)
-    cfgs = {a: run_config(args, tmp_path, a, 1) for a in ARMS}
+    cfgs = {a: run_config(args, tmp_path, a, 1) for a in [*ARMS, *EXTRA_ARMS]}
     assert cfgs["grpo"].agent == "ppo" and cfgs["grpo"].text_task and cfgs["grpo"].seed == 1
     assert cfgs["echo0.01"].lm_config.env_loss_coef == 0.01 and not cfgs["echo0.01"].echo_config.latent_plan
     assert cfgs["echo0.05+plan"].echo_config.latent_plan and cfgs["echo0.05+plan"].agent == "echo-rl"
     assert {c.lm_config.max_updates for c in cfgs.values()} == {60} and cfgs["grpo"].num_actors == 8
     assert cfgs["grpo"].lm_config.eval_temperature == 0.7 and cfgs["grpo"].lm_config.action_mode == "choose"
+    assert cfgs["grpo+replay"].lm_config.replay_updates == 2 and cfgs["grpo"].lm_config.replay_updates == 0
+    assert cfgs["ppo-rlhf"].lm_config.objective == "ppo-rlhf" and cfgs["ppo-rlhf"].agent == "ppo"
 
 
 def test_summarize_only_cli(tmp_path, capsys):

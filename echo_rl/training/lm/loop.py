@@ -296,6 +296,8 @@ class LMAgent:
                 continue
             m = self.learner.update(got, advantages=advs, weights=weights)
             self.replay.update_priorities(idx, self._priorities())
+            self.engine.bandwidth_tracker.record_learner_update(  # η_bw counts every learner step's |ℓ_PG|
+                self.config.bandwidth_config.pg_loss_weight * abs(m.get("pg_loss", m["loss"])))
             steps, trained = steps + 1, trained + len(got)
             for k in ("loss", "pg_loss", "env_ce", "clip_fraction", "ratio_mean", "staleness_max"):
                 if k in m:

@@ -34,6 +34,11 @@ ARMS: dict[str, dict] = {
     "echo0.05": {"agent": "echo-rl", "echo_config.latent_plan": False, "lm_config.env_loss_coef": 0.05},
     "echo0.05+plan": {"agent": "echo-rl", "echo_config.latent_plan": True, "lm_config.env_loss_coef": 0.05},
 }
+# arms run only when named with --arms (the default study is the four above)
+EXTRA_ARMS: dict[str, dict] = {
+    "grpo+replay": {"agent": "ppo", "lm_config.replay_updates": 2, "lm_config.max_staleness": 3},
+    "ppo-rlhf": {"agent": "ppo", "lm_config.objective": "ppo-rlhf"},
+}
 BASELINE = "grpo"
 METRICS = ("success", "heldout_env_ce", "train_success")
 
@@ -65,7 +70,7 @@ def base_config(args: argparse.Namespace, out: Path) -> dict:
 
 
 def run_config(args: argparse.Namespace, out: Path, arm: str, seed: int) -> TrainingConfig:
-    return TrainingConfig().with_overrides({**base_config(args, out), **ARMS[arm], "seed": seed})
+    return TrainingConfig().with_overrides({**base_config(args, out), **{**ARMS, **EXTRA_ARMS}[arm], "seed": seed})
 
 
 def extend(src: Path, run: Path, updates: int) -> bool:
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/lm_study")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=[*ARMS, *EXTRA_ARMS])
     p.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--task", default="minigrid:MiniGrid-Empty-Random-5x5-v0")
@@ -235,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = {**base_config(args, out), "arms": {a: ARMS[a] for a in args.arms}, "seeds": args.seeds}
+    config = {**base_config(args, out), "arms": {a: {**ARMS, **EXTRA_ARMS}[a] for a in args.arms}, "seeds": args.seeds}
     if not args.summarize_only:
         jobs = [(a, s) for s in args.seeds for a in args.arms]  # seeds outermost: partial studies compare arms
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
