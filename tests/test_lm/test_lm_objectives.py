@@ -101,7 +101,7 @@ def test_ppo_rlhf_arm_through_the_trainer(checkpoint, tmp_path):
         a.optimizer.state_dict()["state"].keys()
 
 
-def test_bad_objective_combinations_are_one_clear_error(checkpoint, tmp_path):
+def test_bad_objective_combinations_are_one_clear_error(checkpoint, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="objective='ppo-rlhf' is invalid with the latent plan"):
         asyncio.run(EchoRLTrainer(_cfg(checkpoint, **{"lm_config.objective": "ppo-rlhf"}), tmp_path / "a",
                                   show_progress=False).train())
@@ -110,6 +110,12 @@ def test_bad_objective_combinations_are_one_clear_error(checkpoint, tmp_path):
         _cfg(checkpoint, **{"lm_config.objective": "sac"})
     with pytest.raises(ConfigError, match="judge_backbone=None is invalid: reward='mix' needs a judge"):
         _cfg(checkpoint, **{"lm_config.reward": "mix"})
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    api = _cfg(checkpoint, **{"lm_config.reward": "rlaif", "lm_config.judge_backbone": "gpt-4o",
+                              "echo_config.latent_plan": False})
+    with pytest.raises(ConfigError, match="needs an API key"):  # an API judge without its key: before any run dir
+        asyncio.run(EchoRLTrainer(api, tmp_path / "b", show_progress=False).train())
+    assert not (tmp_path / "b").exists()
     with pytest.raises(ConfigError, match="judge_weight=1.5 is invalid"):
         _cfg(checkpoint, **{"lm_config.reward": "mix", "lm_config.judge_backbone": "tiny",
                             "lm_config.judge_weight": 1.5})
