@@ -36,7 +36,7 @@ ARMS: dict[str, dict] = {
 }
 # arms run only when named with --arms (the default study is the four above)
 EXTRA_ARMS: dict[str, dict] = {
-    "grpo+replay": {"agent": "ppo", "lm_config.replay_updates": 2, "lm_config.max_staleness": 3},
+    "grpo+replay": {"agent": "ppo", "lm_config.replay_updates": 2, "lm_config.max_staleness": 6},
     "ppo-rlhf": {"agent": "ppo", "lm_config.objective": "ppo-rlhf"},
 }
 BASELINE = "grpo"
