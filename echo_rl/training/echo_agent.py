@@ -2,17 +2,15 @@
 
 Why PPO for the fresh data: it is the learner whose MiniGrid behaviour is best
 documented (rl-starter-files, the SB3 zoo), so the parts EchoRL adds can be
-measured against a strong, well-understood base. The replayed data are off-policy,
-so they are learned with V-trace (clipped importance ratios) times the replay's
-importance weights — PPO's ratio clip alone does not correct stale data.
+measured against a strong, well-understood base.
 
 One iteration:
 
 1. **Act**: each env keeps its last k states (cut at episode starts); the plan
-   encoder turns them into p(tau_t); the policy conditions on the sample
+   encoder turns them into p(tau_t) = N(mu, sigma). The policy and value heads
+   read the plan *mean*, detached (FiLM); the world model reads the sample
    tau = mu + sigma*eps (eps stored, so the learner rebuilds exactly that plan).
-   Evaluation acts the same way (a sampled plan), so the policy evaluated is the
-   policy trained.
+   Evaluation acts the same way, so the policy evaluated is the policy trained.
 2. **PPO update** on the rollout: clipped surrogate + value loss − entropy
    + ``kl_weight`` · KL[p(tau_t) || p(tau_{t-1})] (pairs inside one episode)
    + ``world_model_coef`` · CE(next observation's image tokens | s_t, a_t, tau_t).
@@ -20,8 +18,27 @@ One iteration:
    (with the k states before each, for the plan windows) and added to the
    hot/cold buffer, scored by plan surprise ``||tau - tau_bar||^2 + alpha|r|``
    of the plans the actors used; ``replay_updates`` minibatches of sequences are
-   then learned with V-trace, weighted by the buffer's importance weights, and
+   then learned — value (V-trace targets for the current policy, clipped
+   importance ratios, times the buffer's importance weights) and plan KL — and
    re-scored with the plans of that learning pass.
+
+Two choices were made by measurement (DoorKey-8x8, the study's settings;
+docs/results.md, "session 3"):
+
+- **No policy gradient on replayed data.** An unclipped V-trace policy-gradient
+  step on replayed sequences (session 2), and then GePPO's clipped surrogate
+  (Queeney et al. 2021: ratio to the policy before this iteration's update
+  clipped at ±clip_epsilon, times min(pi_old/mu, rho_bar) and V-trace advantages),
+  both kept PPO + replay at 0.00–0.03 success on seeds where PPO alone reaches
+  0.97–1.0 by 425k–575k steps. Stale sequences still teach the critic and the
+  plan, which no trust region on the policy has to protect.
+- **The policy reads a detached plan mean.** With the policy gradient flowing
+  into the encoder through the sample (or only the sample detached) the policy's
+  entropy fell to 1.58 by 100k steps in the reward-free phase (PPO: 1.74), the
+  policy fitting the plan noise it was given; with the detached mean, 1.64–1.69.
+  The encoder is trained by the world model and the plan KL only: the plan is a
+  self-supervised summary of the last k states that the RL loss reads but does
+  not shape.
 
 The network is PPO's (``TrainingConfig.policy_network``: the same encoder, heads
 and initialisation) with a zero-initialised FiLM layer between the encoder and
@@ -211,10 +228,12 @@ class EchoAgent:
         return self.lpo.encoder(self._states(windows), masks)
 
     def _heads(self, obs: torch.Tensor, plan: PlanDistribution | None, eps: torch.Tensor | None):
-        """-> (logits, values, world-model input) with the plan sample mu + sigma*eps (eps None: the mean).
+        """-> (logits, values, world-model input).
 
-        The world-model input is (trunk features, detached; the plan sample): the world
-        model teaches the plan to predict, and leaves the trunk to the RL loss alone.
+        The policy and value heads read the plan *mean*, detached; the world model reads
+        (trunk features, detached; the plan sample mu + sigma*eps, eps None: the mean).
+        So the RL loss trains the trunk, FiLM and heads, and the world model and plan KL
+        train the plan encoder (see the module docstring for the measurements).
         """
         pol = self.lpo.policy
         h = pol.trunk(obs)
@@ -222,7 +241,7 @@ class EchoAgent:
             features, wm_in = h, h.detach()
         else:
             tau = plan.rsample(eps if eps is not None else torch.zeros_like(plan.mean))
-            features, wm_in = pol.condition(h, tau), torch.cat([h.detach(), tau], -1)
+            features, wm_in = pol.condition(h, plan.mean.detach()), torch.cat([h.detach(), tau], -1)
         return pol.policy_head(features), pol.value_head(features).squeeze(-1), wm_in
 
     def _draw_eps(self, n: int, generator: torch.Generator) -> torch.Tensor | None:
@@ -507,6 +526,13 @@ class EchoAgent:
         return logits.view(L + 1, B, -1), values.view(L + 1, B), plan, kl
 
     def _replay_update(self, roll: _Rollout) -> dict[str, float]:
+        """Add the rollout's sequences, then ``replay_updates`` steps of value + plan-KL learning on replayed ones.
+
+        No policy gradient on replayed data: measured, it wrecked PPO's learning on
+        DoorKey-8x8 both unclipped and with GePPO's trust region (module docstring). The
+        value targets are V-trace's v_s for the current policy (clipped importance ratios),
+        weighted by the buffer's importance weights.
+        """
         full_obs, full_ep = roll.full()
         items = self._sequence_items(roll, full_obs, full_ep)
         L = self.echo.sequence_length
@@ -519,7 +545,7 @@ class EchoAgent:
         if not self.replay.ready:
             return {"replay/size": float(len(self.replay))}
         ppo, echo = self.ppo, self.echo
-        sums = torch.zeros(5)
+        sums = torch.zeros(4)
         for _ in range(echo.replay_updates):
             batch = self.replay.sample(echo.replay_batch_sequences)
             d = batch.data
@@ -527,34 +553,25 @@ class EchoAgent:
             t = lambda a: torch.as_tensor(a, device=self.device).transpose(0, 1)  # noqa: E731
             actions, behav, rewards = t(d["actions"]), t(d["logprobs"]), t(d["rewards"])
             term, trunc, final_v = t(d["terminated"]), t(d["truncated"]), t(d["final_values"])
-            logp_all = torch.log_softmax(logits[:-1], -1)
-            logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
             v = values[:-1]
             with torch.no_grad():
-                nxt = next_values_from(v.detach(), values[-1].detach(), final_v, trunc)
-                out = vtrace(behav, logp.detach(), rewards, v.detach(), nxt, ppo.gamma * (~term).float(),
+                logp = torch.log_softmax(logits[:-1], -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+                nxt = next_values_from(v, values[-1], final_v, trunc)
+                out = vtrace(behav, logp, rewards, v, nxt, ppo.gamma * (~term).float(),
                              (~(term | trunc)).float(), clip_rho_threshold=echo.vtrace_rho_bar,
                              clip_pg_rho_threshold=echo.vtrace_rho_bar, clip_c_threshold=echo.vtrace_c_bar)
             w = torch.as_tensor(batch.weights, dtype=torch.float32, device=self.device)[None]  # [1, B]
-            adv = out.pg_advantages
-            if ppo.normalize_advantages and adv.numel() > 1:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            policy_loss = -(w * adv * logp).mean()
             value_loss = 0.5 * (w * (out.vs - v).pow(2)).mean()
-            entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-            loss = (policy_loss + ppo.value_loss_coef * value_loss - ppo.entropy_coef * entropy
-                    + self.plan_cfg.kl_weight * kl)
-            self.lpo.step(loss)
+            self.lpo.step(ppo.value_loss_coef * value_loss + self.plan_cfg.kl_weight * kl)
             # re-score with the plans of this learning pass (as PER re-scores with the pass's TD errors)
             seq_plans = None if plan is None else plan.mean.detach().view(L + 1, -1, self.latent)[:-1].mean(0)
             self.replay.update_priorities(batch.indices, self._scores(seq_plans, d, update=False))
-            sums += torch.tensor([policy_loss.item(), value_loss.item(), out.rhos.mean().item(),
+            sums += torch.tensor([value_loss.item(), out.rhos.mean().item(),
                                   (out.rhos > echo.vtrace_rho_bar).float().mean().item(),
                                   float(np.mean(batch.weights))])
-        pl, vl, rho, clipped, wmean = (sums / echo.replay_updates).tolist()
-        return {"replay/policy_loss": pl, "replay/value_loss": vl, "replay/rho_mean": rho,
-                "replay/rho_clipped_fraction": clipped, "replay/importance_weight_mean": wmean,
-                "replay/size": float(len(self.replay))}
+        vl, rho, clipped, wmean = (sums / echo.replay_updates).tolist()
+        return {"replay/value_loss": vl, "replay/rho_mean": rho, "replay/rho_clipped_fraction": clipped,
+                "replay/importance_weight_mean": wmean, "replay/size": float(len(self.replay))}
 
     def _scores(self, plans, items: dict, update: bool = True) -> np.ndarray:
         """Plan-surprise score per sequence: its mean plan ``[B, latent]`` against tau_bar, plus |summed reward|."""

@@ -92,7 +92,7 @@ def test_iteration_runs_every_part_and_replay_learns_off_policy():
         m = agent.train_iteration()
     assert m["loss/world_model"] > 0 and m["loss/plan_kl"] >= 0
     assert m["replay/size"] == 3 * (agent.num_steps // 8) * agent.num_envs
-    assert np.isfinite(m["replay/policy_loss"]) and m["replay/rho_mean"] > 0
+    assert np.isfinite(m["replay/value_loss"]) and m["replay/rho_mean"] > 0
     assert 0 < m["replay/importance_weight_mean"] <= 1
 
 
@@ -179,7 +179,7 @@ def test_resume_from_checkpoint_is_exact():
     b.load_rollout_state(rollout)
     for _ in range(2):
         ma, mb = a.train_iteration(), b.train_iteration()
-        assert "replay/policy_loss" in ma
+        assert "replay/value_loss" in ma
         assert ma == mb
     for p, q in zip(a.lpo.modules().parameters(), b.lpo.modules().parameters()):
         assert torch.equal(p, q)
@@ -202,3 +202,33 @@ def test_world_model_trains_the_plan_not_the_trunk():
     groups = {g["name"]: g for g in agent.lpo.optimizer.param_groups}
     assert set(groups) == {"policy", "encoder", "aux"}  # the world model is clipped on its own
     assert {id(p) for p in groups["aux"]["params"]} == {id(p) for p in agent.wm_head.parameters()}
+
+
+
+def test_replay_learns_values_and_plans_not_the_policy_head():
+    """Replayed data never take a policy-gradient step: the actor head is untouched, the critic learns."""
+    agent = make_agent()
+    agent.train_iteration()
+    roll = agent._collect()
+    actor = [p.clone() for p in agent.lpo.policy.policy_head.parameters()]
+    critic = [p.clone() for p in agent.lpo.policy.value_head.parameters()]
+    encoder = [p.clone() for p in agent.lpo.encoder.parameters()]
+    m = agent._replay_update(roll)
+    assert "replay/value_loss" in m and not any("policy" in k for k in m)
+    assert all(torch.equal(p, q) for p, q in zip(actor, agent.lpo.policy.policy_head.parameters()))
+    assert any(not torch.equal(p, q) for p, q in zip(critic, agent.lpo.policy.value_head.parameters()))
+    assert any(not torch.equal(p, q) for p, q in zip(encoder, agent.lpo.encoder.parameters()))  # the plan KL
+
+def test_policy_gradient_does_not_reach_the_plan_encoder():
+    agent = make_agent()
+    roll = agent._collect()
+    T, N = agent.num_steps, agent.num_envs
+    full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
+    idx = np.arange(T * N)
+    win, mask = agent._gather_windows(full_obs, full_ep, idx // N, idx % N, agent.k)
+    logits, values, _ = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), agent._plan(win, mask),
+                                     torch.as_tensor(roll.eps.reshape(T * N, -1)))
+    (logits.logsumexp(-1).sum() + values.sum()).backward()
+    assert all(p.grad is None for p in agent.lpo.encoder.parameters())
+    assert any(p.grad is not None for p in agent.lpo.policy.film.parameters())
+
