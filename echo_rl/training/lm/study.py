@@ -79,13 +79,16 @@ def extend(src: Path, run: Path, updates: int) -> bool:
     old = src / run.name
     if run.exists() or not (old / "checkpoints" / "latest").is_file():
         return False
-    shutil.copytree(old, run)
-    (run / "summary.json").unlink(missing_ok=True)
-    cfg = TrainingConfig.load_yaml(run / "config.yaml")
+    cfg = TrainingConfig.load_yaml(old / "config.yaml")  # checked before anything is copied
     if updates <= cfg.lm_config.max_updates:
         raise SystemExit(f"--updates={updates} is invalid with --extend-from: the runs in {src} already have "
                          f"{cfg.lm_config.max_updates} updates")
-    cfg.with_overrides({"lm_config.max_updates": updates}).save_yaml(run / "config.yaml")
+    tmp = run.with_name(run.name + ".copying")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(old, tmp)
+    (tmp / "summary.json").unlink(missing_ok=True)
+    cfg.with_overrides({"lm_config.max_updates": updates}).save_yaml(tmp / "config.yaml")
+    tmp.rename(run)
     return True
 
 
