@@ -46,10 +46,20 @@ def test_stale_samples_are_dropped_and_not_drawn_again(chatml_tokenizer):
     rep.add(_trajs(r, version=0), [0.1, 0.2, 0.3])
     rep.add(_trajs(r, version=3), [0.1, 0.2, 0.3])
     got, _, _, _ = rep.sample(32, current_version=3, max_staleness=1)
-    assert got and all(t.policy_version == 3 for t in got) and rep.dropped_stale > 0
-    dropped = rep.dropped_stale
+    # the three version-0 samples are expired before the draw (priority 0), so all 32 draws are fresh
+    assert len(got) == 32 and all(t.policy_version == 3 for t in got) and rep.expired == 3
     again, _, _, _ = rep.sample(32, current_version=3, max_staleness=1)
-    assert len(again) == 32 and rep.dropped_stale == dropped  # priority 0: never drawn again
+    assert len(again) == 32 and rep.expired == 3 and rep.dropped_stale == 0  # never drawn again
+
+
+def test_a_sample_drawn_stale_is_dropped_not_returned(chatml_tokenizer):
+    """Staleness is checked on every drawn sample too (e.g. one drawn with the tiny priority floor)."""
+    r = ChatRenderer(chatml_tokenizer)
+    rep = _replay()
+    rep.add(_trajs(r, version=0), [0.1, 0.2, 0.3])
+    rep._live.clear()  # as if expiry had missed them: the draw-time check must still catch every one
+    got, adv, w, idx = rep.sample(16, current_version=5, max_staleness=1)
+    assert got == [] and len(adv) == len(w) == len(idx) == 0 and rep.dropped_stale == 16
 
 
 def test_learner_accepts_replayed_advantages_and_weights(chatml_tokenizer):

@@ -103,7 +103,7 @@ def test_stale_samples_are_never_trained_on(checkpoint, tmp_path, monkeypatch):
     assert replayed and all(v - pv <= 1 for v, pvs in replayed for pv in pvs)
     rows = [r for r in _rows(tmp_path / "run") if "replay/steps" in r]
     assert len(rows) == 2 and all(r["replay/steps"] >= 1 for r in rows)
-    assert sum(r["replay/dropped_stale"] for r in rows) > 0  # version moved on: old samples were dropped
+    assert sum(r["replay/expired"] for r in rows) > 0  # the version moved on: old samples were expired
     # every learner step (on-policy and replayed) is a policy version, and the engine serves the last one
     assert rows[-1]["engine/policy_version"] == sum(1 + r["replay/steps"] for r in rows)
 
@@ -134,7 +134,7 @@ def test_checkpoint_carries_the_replay_exactly(checkpoint, tmp_path):
     resumed = EchoRLTrainer(cfg, run, resume=True, show_progress=False)
     resumed._setup(torch.device("cpu"))
     a, b = first.agent.replay, resumed.agent.replay
-    assert len(a) == len(b) > 0 and a.dropped_stale == b.dropped_stale
+    assert len(a) == len(b) > 0 and (a.dropped_stale, a.expired, a._live) == (b.dropped_stale, b.expired, b._live)
     for _ in range(2):
         ta, _, wa, ia = a.sample(4, current_version=1, max_staleness=5)
         tb, _, wb, ib = b.sample(4, current_version=1, max_staleness=5)

@@ -285,7 +285,7 @@ class LMAgent:
         if keep:
             self.replay.add([fresh[i] for i in keep], adv[keep], self._priorities()[keep])
         out = {"replay/added": float(len(keep)), "replay/too_long": float(len(fresh) - len(keep))}
-        steps, trained, dropped0 = 0, 0, self.replay.dropped_stale
+        steps, trained, dropped0, expired0 = 0, 0, self.replay.dropped_stale, self.replay.expired
         stats: dict[str, list[float]] = {}
         for _ in range(lm.replay_updates):
             if len(self.replay) < lm.replay_batch:
@@ -305,6 +305,7 @@ class LMAgent:
             stats.setdefault("importance_weight_mean", []).append(float(np.mean(weights)))
         out.update({"replay/steps": float(steps), "replay/trained": float(trained),
                     "replay/dropped_stale": float(self.replay.dropped_stale - dropped0),
+                    "replay/expired": float(self.replay.expired - expired0),
                     "replay/size": float(len(self.replay))})
         out.update({f"replay/{k}": float(np.mean(v)) for k, v in stats.items()})
         return out
@@ -437,8 +438,8 @@ class LMAgent:
         (contents, priorities, sampling RNG), so a resumed run samples what this one would have."""
         if self.replay is None:
             return None
-        return {"replay_npz": self.replay.to_bytes(), "dropped_stale": self.replay.dropped_stale}
+        return self.replay.state()
 
     def load_rollout_state(self, state: Any) -> None:
         if self.replay is not None and state:
-            self.replay.load_bytes(state["replay_npz"], state["dropped_stale"])
+            self.replay.load_state(state)

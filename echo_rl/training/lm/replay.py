@@ -6,7 +6,9 @@ out. The GRPO advantage is computed from the whole group when the group is
 added and stored with each member: a sample of the buffer rarely holds a
 whole group. Samples from a policy more than ``max_staleness`` versions old
 are dropped on sampling (their priority set to 0 so they are not drawn again)
-rather than trained on. A record also keeps what the learner needs besides
+rather than trained on; and before each draw every stored sample that has
+become too old is expired the same way (the buffer keeps each id's policy
+version), so draws are not wasted on them. A record also keeps what the learner needs besides
 the tokens: the actor's plan noise ε per turn (latent plans) and whether the
 episode was cut by a time limit (PPO-RLHF bootstraps those).
 """
@@ -81,7 +83,9 @@ class TrajectoryReplay:
                              "must be >= 1, >= 1, >= 0")
         self.buffer = HotColdBuffer(config, seed=seed)
         self.max_len, self.max_turns, self.plan_dim = max_len, max_turns, plan_dim
-        self.dropped_stale = 0
+        self.dropped_stale = 0   # drawn, found too old, not returned
+        self.expired = 0         # found too old before a draw, priority set to 0
+        self._live: dict[int, int] = {}  # id -> policy version of samples not expired yet
 
     def fits(self, traj: TokenTrajectory) -> bool:
         return len(traj) <= self.max_len and traj.num_turns <= self.max_turns
@@ -96,11 +100,25 @@ class TrajectoryReplay:
         recs = [trajectory_record(t, a, self.max_len, self.max_turns, self.plan_dim)
                 for t, a in zip(trajectories, advantages)]
         batch = {k: np.stack([r[k] for r in recs]) for k in recs[0]}
-        return self.buffer.add(batch, None if priorities is None else np.asarray(priorities, np.float64))
+        ids = self.buffer.add(batch, None if priorities is None else np.asarray(priorities, np.float64))
+        self._live.update(zip((int(i) for i in ids), (t.policy_version for t in trajectories)))
+        return ids
+
+    def expire(self, current_version: int, max_staleness: int) -> int:
+        """Priority 0 for every stored sample more than ``max_staleness`` versions old; how many were expired."""
+        oldest = self.buffer.ids_issued - self.buffer.capacity  # ids below it are evicted already
+        stale = [i for i, v in self._live.items() if current_version - v > max_staleness and i >= oldest]
+        for i in [i for i, v in self._live.items() if current_version - v > max_staleness or i < oldest]:
+            del self._live[i]
+        if stale:
+            self.buffer.update_priorities(np.asarray(stale, np.int64), np.zeros(len(stale)))
+            self.expired += len(stale)
+        return len(stale)
 
     def sample(self, n: int, *, current_version: int, max_staleness: int
                ) -> tuple[list[TokenTrajectory], np.ndarray, np.ndarray, np.ndarray]:
         """(trajectories, advantages, importance weights, indices) of the fresh samples among ``n`` drawn."""
+        self.expire(current_version, max_staleness)
         batch = self.buffer.sample(n)
         trajs, advs, keep = [], [], []
         stale = []
@@ -133,7 +151,7 @@ class TrajectoryReplay:
         finally:
             os.unlink(path)
 
-    def load_bytes(self, data: bytes, dropped_stale: int = 0) -> None:
+    def load_bytes(self, data: bytes) -> None:
         fd, path = tempfile.mkstemp(suffix=".npz")
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -141,4 +159,14 @@ class TrajectoryReplay:
             self.buffer.load(path)
         finally:
             os.unlink(path)
-        self.dropped_stale = int(dropped_stale)
+
+    def state(self) -> dict:
+        """Everything a resumed run needs to sample exactly as this one would (picklable)."""
+        return {"replay_npz": self.to_bytes(), "dropped_stale": self.dropped_stale, "expired": self.expired,
+                "live_ids": np.fromiter(self._live, np.int64, len(self._live)),
+                "live_versions": np.fromiter(self._live.values(), np.int64, len(self._live))}
+
+    def load_state(self, state: dict) -> None:
+        self.load_bytes(state["replay_npz"])
+        self.dropped_stale, self.expired = int(state["dropped_stale"]), int(state["expired"])
+        self._live = dict(zip(state["live_ids"].tolist(), state["live_versions"].tolist()))
