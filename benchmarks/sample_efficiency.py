@@ -138,7 +138,6 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
 
     from echo_rl.environments.minigrid_vector import make_vector_env
     from echo_rl.training.agents import agent_class
-    from echo_rl.training.rollout import evaluate_policy, torch_generator
 
     torch.set_num_threads(1)
     cfg = build_config(method, env, seed, total_steps)
@@ -150,11 +149,8 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
     make = lambda n: make_vector_env(cfg.env_name, n)  # noqa: E731
     eval_seed = 1_000_000 + seed
 
-    def evaluate() -> dict:
-        if hasattr(agent, "evaluate"):  # agents whose plans need episode boundaries
-            return agent.evaluate(make, eval_episodes, eval_seed)
-        gen = torch_generator(eval_seed)
-        return evaluate_policy(make, lambda obs: agent.act(obs, gen), eval_episodes, eval_seed)
+    def evaluate() -> dict:  # every vector agent evaluates itself (EchoRL passes episode starts to its plans)
+        return agent.evaluate(make, eval_episodes, eval_seed)
 
     curve, t0, next_eval, streak, stopped = [], time.perf_counter(), eval_every, 0, False
     while agent.env_steps < total_steps and not stopped:
