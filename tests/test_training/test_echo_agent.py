@@ -185,24 +185,29 @@ def test_resume_from_checkpoint_is_exact():
         assert torch.equal(p, q)
 
 
-def test_world_model_trains_the_plan_not_the_trunk():
-    agent = make_agent()
+def _heads_on_a_fresh_rollout(agent):
+    """(rollout, logits, values, world-model input) for every state of one collected rollout."""
     roll = agent._collect()
     T, N = agent.num_steps, agent.num_envs
     full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
     idx = np.arange(T * N)
     win, mask = agent._gather_windows(full_obs, full_ep, idx // N, idx % N, agent.k)
-    _, _, wm_in = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), agent._plan(win, mask),
-                               torch.as_tensor(roll.eps.reshape(T * N, -1)))
+    logits, values, wm_in = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), agent._plan(win, mask),
+                                         torch.as_tensor(roll.eps.reshape(T * N, -1)))
+    return roll, logits, values, wm_in
+
+
+def test_world_model_trains_the_plan_not_the_trunk():
+    agent = make_agent()
+    roll, _, _, wm_in = _heads_on_a_fresh_rollout(agent)
     loss = agent.wm_head.loss(wm_in, torch.as_tensor(roll.actions.reshape(-1)),
-                              torch.as_tensor(roll.wm_target.reshape(T * N, -1)))
+                              torch.as_tensor(roll.wm_target.reshape(-1, roll.wm_target.shape[-1])))
     loss.backward()
     assert all(p.grad is None for p in agent.lpo.policy.parameters())
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in agent.lpo.encoder.parameters())
     groups = {g["name"]: g for g in agent.lpo.optimizer.param_groups}
     assert set(groups) == {"policy", "encoder", "aux"}  # the world model is clipped on its own
     assert {id(p) for p in groups["aux"]["params"]} == {id(p) for p in agent.wm_head.parameters()}
-
 
 
 def test_replay_learns_values_and_plans_not_the_policy_head():
@@ -219,15 +224,10 @@ def test_replay_learns_values_and_plans_not_the_policy_head():
     assert any(not torch.equal(p, q) for p, q in zip(critic, agent.lpo.policy.value_head.parameters()))
     assert any(not torch.equal(p, q) for p, q in zip(encoder, agent.lpo.encoder.parameters()))  # the plan KL
 
+
 def test_policy_gradient_does_not_reach_the_plan_encoder():
     agent = make_agent()
-    roll = agent._collect()
-    T, N = agent.num_steps, agent.num_envs
-    full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
-    idx = np.arange(T * N)
-    win, mask = agent._gather_windows(full_obs, full_ep, idx // N, idx % N, agent.k)
-    logits, values, _ = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), agent._plan(win, mask),
-                                     torch.as_tensor(roll.eps.reshape(T * N, -1)))
+    _, logits, values, _ = _heads_on_a_fresh_rollout(agent)
     (logits.logsumexp(-1).sum() + values.sum()).backward()
     assert all(p.grad is None for p in agent.lpo.encoder.parameters())
     assert any(p.grad is not None for p in agent.lpo.policy.film.parameters())
