@@ -67,6 +67,7 @@ METHODS = {
     "echo-rl/no-kl": ("echo-rl", {"planning_config.kl_weight": 0.0}),
     "echo-rl/no-replay": ("echo-rl", {"echo_config.replay_updates": 0}),
     "echo-rl/no-world-model": ("echo-rl", {"echo_config.world_model_coef": 0.0}),
+    "echo-rl/no-self-imitation": ("echo-rl", {"echo_config.self_imitation_updates": 0}),
 }
 
 

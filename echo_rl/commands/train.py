@@ -18,7 +18,8 @@ _FLAGS = {"task": "env_name", "agent": "agent", "backbone": "backbone", "timeste
 
 # ablation flag -> (field, value) of the EchoRL agent's parts; shorthand for --set
 _ABLATIONS = {"no_plan": ("echo_config.latent_plan", False), "no_kl": ("planning_config.kl_weight", 0.0),
-              "no_replay": ("echo_config.replay_updates", 0), "no_world_model": ("echo_config.world_model_coef", 0.0)}
+              "no_replay": ("echo_config.replay_updates", 0), "no_world_model": ("echo_config.world_model_coef", 0.0),
+              "no_self_imitation": ("echo_config.self_imitation_updates", 0)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ablate = p.add_argument_group("EchoRL agent ablations (--agent echo-rl)")
     ablate.add_argument("--no-plan", action="store_true", help="no latent plan (and so no plan KL)")
     ablate.add_argument("--no-kl", action="store_true", help="latent plan without the KL between consecutive plans")
-    ablate.add_argument("--no-replay", action="store_true", help="no prioritized replay updates")
+    ablate.add_argument("--no-replay", action="store_true", help="no value/plan updates on replayed sequences")
+    ablate.add_argument("--no-self-imitation", action="store_true",
+                        help="no self-imitation updates on the steps of terminated episodes")
     ablate.add_argument("--no-world-model", action="store_true", help="no next-observation prediction loss")
     p.add_argument("--config", metavar="FILE", help="YAML TrainingConfig; flags given here override it")
     p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],

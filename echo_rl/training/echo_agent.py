@@ -76,6 +76,7 @@ from echo_rl.core.latent_planning import (
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding, actor_seeds
 from echo_rl.models.policies import ActorCritic, FlatEncoder, MiniGridEncoder
 from echo_rl.training.rollout import EpisodeStats, evaluate_policy, torch_generator
+from echo_rl.training.self_imitation import SelfImitationReplay, self_imitation_loss
 
 STATE_SCALE = 0.1  # MiniGrid indices are < 11: keep the plan encoder's inputs O(1)
 REPLAY_MEMORY_LIMIT = 4 * 2**30
@@ -191,6 +192,7 @@ class EchoAgent:
         self.generator = torch_generator(config.seed + 1)
         self.np_rng = np.random.default_rng(config.seed + 2)
         self.replay = self._make_replay() if self.echo.replay_updates else None
+        self.sil = self._make_self_imitation() if self.echo.self_imitation_updates else None
         # actor state
         self.envs = envs
         self.next_obs, _ = envs.reset(seed=actor_seeds(config.seed, self.num_envs))
@@ -365,11 +367,15 @@ class EchoAgent:
         roll = self._collect()
         self.env_steps += self.num_steps * self.num_envs
         metrics = self.stats.drain()
+        if self.sil is not None:  # every rollout, so episodes spanning rollouts are stored whole
+            self._self_imitation_store(roll)
         if self.env_steps <= self.config.learning_starts:
             return metrics
         metrics.update(self._ppo_update(roll))
         if self.replay is not None:
             metrics.update(self._replay_update(roll))
+        if self.sil is not None:
+            metrics.update(self._self_imitation_update())
         self.updates += 1
         return metrics
 
@@ -573,6 +579,50 @@ class EchoAgent:
         return {"replay/value_loss": vl, "replay/rho_mean": rho, "replay/rho_clipped_fraction": clipped,
                 "replay/importance_weight_mean": wmean, "replay/size": float(len(self.replay))}
 
+    # -- self-imitation -----------------------------------------------------------------
+    def _make_self_imitation(self) -> SelfImitationReplay:
+        rc = self.config.replay_config
+        return SelfImitationReplay(self.num_envs, self.obs_dim, self.k, self.echo.self_imitation_capacity,
+                                   self.ppo.gamma, alpha=rc.priority_alpha, beta=rc.importance_sampling_beta,
+                                   priority_epsilon=rc.priority_epsilon, seed=self.config.seed + 4)
+
+    def _window_heads(self, windows: np.ndarray, mask: np.ndarray):
+        """Logits and values of steps given as their k-state windows (the newest slot is s_t)."""
+        w, m = torch.as_tensor(windows, device=self.device), torch.as_tensor(mask, device=self.device)
+        logits, values, _ = self._heads(w[:, -1], self._plan(w, m), None)
+        return logits, values
+
+    def _self_imitation_store(self, roll: _Rollout) -> None:
+        """Add the steps of the episodes that terminated in this rollout, at priority (R - V)+."""
+        items = self.sil.collect(roll.obs, roll.actions, roll.rewards, roll.terminated, roll.truncated)
+        if items is None:
+            return
+        with torch.no_grad():
+            _, values = self._window_heads(items["windows"], items["mask"])
+        self.sil.buffer.add(items, np.maximum(items["return"] - values.cpu().numpy(), 0.0))
+
+    def _self_imitation_update(self) -> dict[str, float]:
+        """Learn where stored returns beat the critic. Runs after PPO's epochs, so PPO's clipped ratio
+        is always to the policy that acted."""
+        out = {"self_imitation/size": float(len(self.sil)), "self_imitation/episodes": float(self.sil.episodes)}
+        if len(self.sil) == 0:
+            return out
+        sums = torch.zeros(3)
+        for _ in range(self.echo.self_imitation_updates):
+            batch = self.sil.buffer.sample(self.ppo.batch_size)
+            d = batch.data
+            logits, values = self._window_heads(d["windows"], d["mask"])
+            t = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
+            loss, adv = self_imitation_loss(logits, values, t(d["action"]), t(d["return"]),
+                                            t(batch.weights).float(), self.echo.self_imitation_value_coef)
+            self.lpo.step(loss)
+            self.sil.buffer.update_priorities(batch.indices, adv.cpu().numpy())
+            sums += torch.tensor([loss.item(), adv.mean().item(), (adv > 0).float().mean().item()])
+        loss, adv_mean, positive = (sums / self.echo.self_imitation_updates).tolist()
+        out.update({"self_imitation/loss": loss, "self_imitation/advantage_mean": adv_mean,
+                    "self_imitation/positive_fraction": positive})
+        return out
+
     def _scores(self, plans, items: dict, update: bool = True) -> np.ndarray:
         """Plan-surprise score per sequence: its mean plan ``[B, latent]`` against tau_bar, plus |summed reward|."""
         B = items["actions"].shape[0]
@@ -604,7 +654,8 @@ class EchoAgent:
                           f"storage > {REPLAY_CHECKPOINT_LIMIT / 2**20:.0f} MiB): a resumed run refills it; lower "
                           f"replay_config.max_replay_age for exact resumes", stacklevel=2)
             replay = None
-        return _ActorState(self.envs, {name: getattr(self, name) for name in _ActorState.FIELDS}, replay)
+        return _ActorState(self.envs, {name: getattr(self, name) for name in _ActorState.FIELDS}, replay,
+                           None if self.sil is None else self.sil.state())
 
     def load_rollout_state(self, state: "_ActorState") -> None:
         self.envs.close()
@@ -613,6 +664,8 @@ class EchoAgent:
             setattr(self, name, value)
         if self.replay is not None and state.replay_npz is not None:
             state.load_replay(self.replay)
+        if self.sil is not None and state.sil is not None:
+            self.sil.load_state(state.sil)
 
     def close(self) -> None:
         self.envs.close()
@@ -627,8 +680,9 @@ class _ActorState:
 
     FIELDS = ("next_obs", "hist_obs", "hist_ep", "cur_ep", "ep_return", "ep_length")
 
-    def __init__(self, envs, arrays: dict, replay=None):
+    def __init__(self, envs, arrays: dict, replay=None, sil: dict | None = None):
         self.envs, self.arrays = envs, {k: np.copy(v) for k, v in arrays.items()}
+        self.sil = sil
         self.replay_npz: bytes | None = None
         if replay is not None:
             with tempfile.TemporaryDirectory() as tmp:
@@ -645,10 +699,12 @@ class _ActorState:
     def __getstate__(self) -> dict:
         from echo_rl.environments.minigrid_vector import snapshot_vector_env
 
-        return {"envs": snapshot_vector_env(self.envs), "arrays": self.arrays, "replay_npz": self.replay_npz}
+        return {"envs": snapshot_vector_env(self.envs), "arrays": self.arrays, "replay_npz": self.replay_npz,
+                "sil": self.sil}
 
     def __setstate__(self, state: dict) -> None:
         from echo_rl.environments.minigrid_vector import restore_vector_env
 
         self.envs, self.arrays = restore_vector_env(state["envs"]), state["arrays"]
         self.replay_npz = state.get("replay_npz")
+        self.sil = state.get("sil")
