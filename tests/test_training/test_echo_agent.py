@@ -8,6 +8,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.training.agents import agent_class, check_agent_name
 from echo_rl.training.echo_agent import EchoAgent, unfold_windows
+from echo_rl.training.self_imitation import SelfImitationReplay
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"
 
@@ -101,6 +102,8 @@ def test_iteration_runs_every_part_and_replay_learns_off_policy():
     ({"planning_config.kl_weight": 0.0}, lambda a, m: m["loss/plan_kl"] == 0),
     ({"echo_config.world_model_coef": 0.0}, lambda a, m: m["loss/world_model"] == 0),
     ({"echo_config.replay_updates": 0}, lambda a, m: a.replay is None and not any(k.startswith("replay/") for k in m)),
+    ({"echo_config.self_imitation_updates": 0},
+     lambda a, m: a.sil is None and not any(k.startswith("self_imitation/") for k in m)),
 ])
 def test_each_part_switches_off(override, check):
     agent = make_agent(**override)
@@ -155,6 +158,7 @@ def test_all_parts_off_is_ppo():
     ppo = PPOAgent(cfg, make_vector_env(ENV, 4), torch.device("cpu"))
     echo = make_agent(**{"seed": 3, "ppo_config.num_epochs": 2, "echo_config.latent_plan": False,
                          "echo_config.replay_updates": 0, "echo_config.world_model_coef": 0.0,
+                         "echo_config.self_imitation_updates": 0,
                          "planning_config.kl_weight": 0.0, "echo_config.hidden_dim": 128})
     for _ in range(3):
         a, b = ppo.train_iteration(), echo.train_iteration()
@@ -170,6 +174,8 @@ def test_resume_from_checkpoint_is_exact():
     a = make_agent(env_kwargs={"max_steps": 10})
     for _ in range(2):
         a.train_iteration()
+    _store_made_up_episode(a)
+    assert len(a.sil) > 0 and any(len(p["obs"]) for p in a.sil.pending)  # stored and in-progress episodes
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
     buf.seek(0)
@@ -179,7 +185,7 @@ def test_resume_from_checkpoint_is_exact():
     b.load_rollout_state(rollout)
     for _ in range(2):
         ma, mb = a.train_iteration(), b.train_iteration()
-        assert "replay/value_loss" in ma
+        assert "replay/value_loss" in ma and "self_imitation/loss" in ma
         assert ma == mb
     for p, q in zip(a.lpo.modules().parameters(), b.lpo.modules().parameters()):
         assert torch.equal(p, q)
@@ -232,3 +238,34 @@ def test_policy_gradient_does_not_reach_the_plan_encoder():
     assert all(p.grad is None for p in agent.lpo.encoder.parameters())
     assert any(p.grad is not None for p in agent.lpo.policy.film.parameters())
 
+
+
+def _store_made_up_episode(agent) -> dict:
+    """Env 0's states of a fresh rollout, stored as one episode of action 2 that ends with reward 1."""
+    obs = agent._collect().obs[:, 0]
+    agent.stats.drain()  # that rollout's episodes are not training's
+    rewards = np.zeros(len(obs), np.float32)
+    rewards[-1] = 1.0
+    term = np.zeros((len(obs), 1), bool)
+    term[-1] = True
+    sil = SelfImitationReplay(1, agent.obs_dim, agent.k, 100, 0.99, alpha=0.6, beta=0.4, priority_epsilon=1e-6,
+                              seed=0)
+    items = sil.collect(obs[:, None], np.full((len(obs), 1), 2), rewards[:, None], term, np.zeros_like(term))
+    agent.sil.buffer.add(items, np.ones(len(obs)))
+    return items
+
+
+def test_self_imitation_raises_the_stored_actions_where_the_return_beats_the_value():
+    agent = make_agent(**{"echo_config.self_imitation_updates": 1})
+    items = _store_made_up_episode(agent)
+
+    def logp_and_value():
+        with torch.no_grad():
+            logits, values = agent._window_heads(items["windows"], items["mask"])
+        return torch.log_softmax(logits, -1)[:, 2].mean().item(), values.mean().item()
+
+    before = logp_and_value()
+    m = agent._self_imitation_update()
+    after = logp_and_value()
+    assert m["self_imitation/positive_fraction"] == 1.0  # V starts near 0, every return is > 0.8
+    assert after[0] > before[0] and after[1] > before[1]

@@ -18,7 +18,8 @@ def test_ablation_flags_switch_off_each_part():
     assert cfg.echo_config.world_model_coef > 0 and cfg.planning_config.kl_weight > 0
     cfg = parse("--agent", "echo-rl", "--no-kl", "--no-world-model")
     assert cfg.planning_config.kl_weight == 0 and cfg.echo_config.world_model_coef == 0
-    assert cfg.echo_config.latent_plan is True
+    assert cfg.echo_config.latent_plan is True and cfg.echo_config.self_imitation_updates > 0
+    assert parse("--agent", "echo-rl", "--no-self-imitation").echo_config.self_imitation_updates == 0
 
 
 def test_ablation_flags_need_the_echo_agent():
