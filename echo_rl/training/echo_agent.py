@@ -1,4 +1,4 @@
-"""The EchoRL agent for vector environments: PPO + latent plan + prioritized V-trace replay + world model.
+"""The EchoRL agent for vector environments: PPO + latent plan + prioritized replay + world model.
 
 Why PPO for the fresh data: it is the learner whose MiniGrid behaviour is best
 documented (rl-starter-files, the SB3 zoo), so the parts EchoRL adds can be
@@ -21,6 +21,12 @@ One iteration:
    then learned — value (V-trace targets for the current policy, clipped
    importance ratios, times the buffer's importance weights) and plan KL — and
    re-scored with the plans of that learning pass.
+4. **Self-imitation** (``self_imitation.py``): the steps of episodes that
+   terminated wait with their Monte Carlo return R in a prioritized store;
+   ``self_imitation_updates`` minibatches learn -log pi(a|s)(R - V)+ plus a
+   small value term, where R beat the critic — the one policy-gradient signal
+   taken from old data, because it can only pull towards actions that did
+   better than expected.
 
 Two choices were made by measurement (DoorKey-8x8, the study's settings;
 docs/results.md, "session 3"):
@@ -46,8 +52,9 @@ the heads, so each part is measured against exactly the PPO baseline.
 
 Ablations (``echo_config`` / ``planning_config`` fields): ``latent_plan=false``
 (no encoder, no KL), ``planning_config.kl_weight=0``, ``world_model_coef=0``,
-``replay_updates=0``. All four off is PPO: the same network, initial weights,
-actions and updates as ``--agent ppo`` with that seed (a test checks it).
+``replay_updates=0``, ``self_imitation_updates=0``. All of them off is PPO: the
+same network, initial weights, actions and updates as ``--agent ppo`` with that
+seed (a test checks it).
 """
 
 from __future__ import annotations
