@@ -77,7 +77,8 @@ def test_loss_learns_only_where_the_return_beats_the_value():
     weights = torch.tensor([1.0, 1.0, 0.5])
     loss, adv = self_imitation_loss(logits, values, torch.tensor([1, 2, 3]), returns, weights, value_coef=0.1)
     torch.testing.assert_close(adv, torch.tensor([1.0, 0.0, 0.5]))
-    expected = (np.log(4) * (1.0 + 0.0 + 0.5 * 0.5) + 0.1 * 0.5 * (1.0 + 0.0 + 0.5 * 0.25)) / 3
+    # policy advantages are divided by the mean positive advantage (0.75); the value term is not
+    expected = (np.log(4) * (1.0 + 0.0 + 0.5 * 0.5) / 0.75 + 0.1 * 0.5 * (1.0 + 0.0 + 0.5 * 0.25)) / 3
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     loss.backward()
     assert logits.grad[1].abs().sum() == 0 and values.grad[1] == 0  # R < V: nothing learned
@@ -96,3 +97,14 @@ def test_state_round_trip_is_exact():
     np.testing.assert_array_equal(other.pending[1]["obs"], sil.pending[1]["obs"])
     a, b = sil.buffer.sample(5), other.buffer.sample(5)
     np.testing.assert_array_equal(a.indices, b.indices)
+
+
+def test_policy_term_is_invariant_to_the_scale_of_the_returns():
+    logits = torch.randn(5, 3)
+    actions = torch.tensor([0, 1, 2, 0, 1])
+    values, returns, weights = torch.zeros(5), torch.tensor([0.2, 0.0, 0.1, 0.4, 0.3]), torch.ones(5)
+    small, _ = self_imitation_loss(logits, values, actions, returns, weights, value_coef=0.0)
+    big, _ = self_imitation_loss(logits, values, actions, 10 * returns, weights, value_coef=0.0)
+    assert small.item() == pytest.approx(big.item(), rel=1e-6)
+    none, adv = self_imitation_loss(logits, values + 1.0, actions, returns, weights, value_coef=0.5)
+    assert none.item() == 0.0 and adv.sum() == 0  # no return beats the critic: nothing to learn
