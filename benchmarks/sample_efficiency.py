@@ -376,6 +376,50 @@ def snapshot(dest: Path, rev: str) -> None:
     print(f"{commit} -> {dest}; run with PYTHONPATH={dest} python {dest}/benchmarks/sample_efficiency.py run ...")
 
 
+def speed(methods: list[str], env: str, seed: int, iterations: int, max_warmup: int) -> dict[str, float]:
+    """Env steps/s of each method's ``train_iteration`` with the study's settings, timed interleaved.
+
+    Each agent first trains until every part it has is learning — EchoRL's replay holds
+    ``min_experiences`` sequences and its self-imitation store holds a terminated episode —
+    or ``max_warmup`` iterations pass (then the report says which parts were idle). The
+    methods' iterations then alternate, so a change in machine load hits them alike.
+    """
+    import time
+
+    import torch
+
+    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.training.agents import agent_class
+
+    torch.set_num_threads(1)
+    learning = {"replay": "replay/value_loss", "sil": "self_imitation/loss"}  # agent attribute -> its loss key
+    agents, idle = {}, {}
+    for m in methods:
+        cfg = build_config(m, env, seed, 1_000_000)
+        agent = agent_class(cfg.agent)(cfg, make_vector_env(cfg.env_name, cfg.num_actors), torch.device("cpu"))
+        waiting = []
+        for _ in range(max_warmup):
+            metrics = agent.train_iteration()
+            waiting = [part for part, key in learning.items()
+                       if getattr(agent, part, None) is not None and key not in metrics]
+            if not waiting:
+                break
+        agents[m], idle[m] = agent, waiting
+    secs = dict.fromkeys(methods, 0.0)
+    steps = dict.fromkeys(methods, 0)
+    for _ in range(iterations):
+        for m, agent in agents.items():
+            t0, n0 = time.perf_counter(), agent.env_steps
+            agent.train_iteration()
+            secs[m] += time.perf_counter() - t0
+            steps[m] += agent.env_steps - n0
+    rates = {m: steps[m] / secs[m] for m in methods}
+    for m in methods:
+        note = f" (idle during timing: {', '.join(idle[m])})" if idle[m] else ""
+        print(f"{m}: {rates[m]:,.0f} env steps/s, {rates[m] / rates[methods[0]]:.2f}x {methods[0]}{note}")
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -399,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=50_000)
     p.add_argument("--allow-mixed", action="store_true",
                    help="pool cells of one method that ran different versions of its agent file")
+    sp = sub.add_parser("speed", help="env steps/s of each method's training iteration, relative to the first")
+    sp.add_argument("--methods", nargs="+", default=["ppo", "echo-rl"], choices=list(METHODS))
+    sp.add_argument("--env", default="MiniGrid-DoorKey-8x8-v0")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--iterations", type=int, default=8, help="timed iterations per method")
+    sp.add_argument("--max-warmup", type=int, default=200, help="untimed iterations at most before timing")
     sn = sub.add_parser("snapshot", help="export a commit to a directory to run the study from")
     sn.add_argument("dest")
     sn.add_argument("--rev", default="HEAD")
@@ -409,6 +459,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "snapshot":
         snapshot(Path(args.dest), args.rev)
+        return 0
+    if args.cmd == "speed":
+        try:
+            check_task_name(f"minigrid:{args.env}")
+        except ConfigError as exc:
+            print(f"sample_efficiency: error: {exc}", file=sys.stderr)
+            return 2
+        speed(args.methods, args.env, args.seed, args.iterations, args.max_warmup)
         return 0
     out = Path(args.out)
     if args.cmd == "report":

@@ -86,3 +86,11 @@ def test_a_real_cell_records_its_curve_provenance_and_stops_early(se, tmp_path):
     assert saved["agent_file"] == "echo_rl/training/ppo_agent.py" and len(saved["agent_file_sha256"]) == 64
     assert not (tmp_path / "partial").exists() or not any((tmp_path / "partial").iterdir())
     assert np.isfinite([p["success_rate"] for p in saved["curve"]]).all()
+
+
+def test_speed_times_every_method_and_names_parts_still_idle(se, capsys):
+    rates = se.speed(["ppo", "echo-rl"], "MiniGrid-Empty-5x5-v0", 0, iterations=1, max_warmup=1)
+    assert set(rates) == {"ppo", "echo-rl"} and all(r > 0 for r in rates.values())
+    out = capsys.readouterr().out
+    assert "echo-rl:" in out and "x ppo" in out
+    assert "idle during timing: replay" in out  # one warm-up iteration cannot fill the replay (256 sequences)
