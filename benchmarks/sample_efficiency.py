@@ -420,6 +420,32 @@ def speed(methods: list[str], env: str, seed: int, iterations: int, max_warmup: 
     return rates
 
 
+def digest(method: str, env: str, seed: int, iterations: int) -> str:
+    """SHA-256 over ``iterations`` training iterations' metrics and the final weights, with the study's settings.
+
+    Why: two code versions that print the same digest train bit-identically, so cells of one
+    may stand for the other. Run it with ``PYTHONPATH=<snapshot>`` to digest that snapshot's agent.
+    """
+    import hashlib
+
+    import torch
+
+    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.training.agents import agent_class
+
+    torch.set_num_threads(1)
+    cfg = build_config(method, env, seed, 1_000_000)
+    agent = agent_class(cfg.agent)(cfg, make_vector_env(cfg.env_name, cfg.num_actors), torch.device("cpu"))
+    h = hashlib.sha256()
+    for _ in range(iterations):
+        h.update(json.dumps(agent.train_iteration(), sort_keys=True).encode())
+    modules = agent.lpo.modules() if hasattr(agent, "lpo") else agent.network
+    for p in modules.parameters():
+        h.update(p.detach().cpu().numpy().tobytes())
+    agent.close()
+    return h.hexdigest()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -449,6 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--iterations", type=int, default=8, help="timed iterations per method")
     sp.add_argument("--max-warmup", type=int, default=200, help="untimed iterations at most before timing")
+    dg = sub.add_parser("digest", help="SHA-256 of a method's first training iterations (bit-identity checks)")
+    dg.add_argument("--method", required=True, choices=list(METHODS))
+    dg.add_argument("--env", default="MiniGrid-DoorKey-8x8-v0")
+    dg.add_argument("--seed", type=int, default=0)
+    dg.add_argument("--iterations", type=int, default=6)
     sn = sub.add_parser("snapshot", help="export a commit to a directory to run the study from")
     sn.add_argument("dest")
     sn.add_argument("--rev", default="HEAD")
@@ -459,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "snapshot":
         snapshot(Path(args.dest), args.rev)
+        return 0
+    if args.cmd == "digest":
+        print(digest(args.method, args.env, args.seed, args.iterations))
         return 0
     if args.cmd == "speed":
         try:

@@ -94,3 +94,9 @@ def test_speed_times_every_method_and_names_parts_still_idle(se, capsys):
     out = capsys.readouterr().out
     assert "echo-rl:" in out and "x ppo" in out
     assert "idle during timing: replay" in out  # one warm-up iteration cannot fill the replay (256 sequences)
+
+
+def test_digest_is_a_function_of_the_code_and_the_seed(se):
+    a = se.digest("ppo", "MiniGrid-Empty-5x5-v0", 0, iterations=1)
+    assert a == se.digest("ppo", "MiniGrid-Empty-5x5-v0", 0, iterations=1) and len(a) == 64
+    assert a != se.digest("ppo", "MiniGrid-Empty-5x5-v0", 1, iterations=1)
