@@ -294,7 +294,7 @@ class EchoAgentConfig(ConfigBase):
     replay_batch_sequences: int = spec(16, help="sequences per replay minibatch", min=1)
     self_imitation_updates: int = spec(16, help="self-imitation minibatches (ppo_config.batch_size steps of "
                                        "terminated episodes, loss weighted by (R - V)+) per iteration (0: off)", min=0)
-    self_imitation_value_coef: float = spec(0.5, help="weight of the self-imitation value loss 1/2((R - V)+)^2",
+    self_imitation_value_coef: float = spec(0.01, help="weight of the self-imitation value loss 1/2((R - V)+)^2",
                                             min=0)
     self_imitation_capacity: int = spec(16384, help="steps of terminated episodes the self-imitation store keeps",
                                         min=1)

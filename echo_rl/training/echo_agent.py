@@ -200,6 +200,7 @@ class EchoAgent:
         self.np_rng = np.random.default_rng(config.seed + 2)
         self.replay = self._make_replay() if self.echo.replay_updates else None
         self.sil = self._make_self_imitation() if self.echo.self_imitation_updates else None
+        self.ppo_advantage_std = 0.0
         # actor state
         self.envs = envs
         self.next_obs, _ = envs.reset(seed=actor_seeds(config.seed, self.num_envs))
@@ -401,6 +402,7 @@ class EchoAgent:
                                        roll.final_values)
         adv, ret = compute_gae(roll.rewards, roll.values, next_values, roll.terminated | roll.truncated,
                                ppo.gamma, ppo.gae_lambda)
+        self.ppo_advantage_std = float(np.std(adv))  # self-imitation's advantages are kept to this scale
         T, N = self.num_steps, self.num_envs
         flat = lambda a: torch.as_tensor(a.reshape(T * N, *a.shape[2:]), device=self.device)  # noqa: E731
         obs, actions, old_logp, old_v = flat(roll.obs), flat(roll.actions), flat(roll.logprobs), flat(roll.values)
@@ -621,7 +623,8 @@ class EchoAgent:
             logits, values = self._window_heads(d["windows"], d["mask"])
             t = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
             loss, adv = self_imitation_loss(logits, values, t(d["action"]), t(d["return"]),
-                                            t(batch.weights).float(), self.echo.self_imitation_value_coef)
+                                            t(batch.weights).float(), self.echo.self_imitation_value_coef,
+                                            min_scale=self.ppo_advantage_std)
             self.lpo.step(loss)
             self.sil.buffer.update_priorities(batch.indices, adv.cpu().numpy())
             sums += torch.tensor([loss.item(), adv.mean().item(), (adv > 0).float().mean().item()])

@@ -49,18 +49,24 @@ def episode_windows(obs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def self_imitation_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-                        weights: torch.Tensor, value_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+                        weights: torch.Tensor, value_coef: float, min_scale: float = 0.0
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (loss, clipped advantage (R - V)+ detached: the new priorities).
 
-    The policy term's advantages are divided by their mean over the batch's positive
-    ones: PPO's advantages are normalised per minibatch, so unnormalised (R - V)+
-    (0.03-0.3 on DoorKey-8x8) left self-imitation too weak to move the policy.
+    The policy term's advantages are divided by max(their mean over the batch's positive
+    ones, ``min_scale``). PPO normalises its advantages per minibatch, so raw (R - V)+
+    (0.03-0.3 on DoorKey-8x8) left self-imitation too weak to move the policy; but
+    dividing by the batch mean alone turns tiny leftover advantages into full-strength
+    imitation of old random actions once the critic has caught up (MultiRoom-N2-S4).
+    The agent passes the std of PPO's own raw advantages as ``min_scale``: self-imitation
+    is then never stronger, in PPO's units, than the returns it has to show.
     """
     adv = (returns - values).clamp(min=0.0)
     logp = F.log_softmax(logits, -1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     a = adv.detach()
     positive = a > 0
     scale = a[positive].mean() if positive.any() else a.new_ones(())
+    scale = scale.clamp(min=min_scale)
     policy = -(weights * logp * a / scale).mean()
     value = 0.5 * (weights * adv.pow(2)).mean()
     return policy + value_coef * value, adv.detach()

@@ -108,3 +108,14 @@ def test_policy_term_is_invariant_to_the_scale_of_the_returns():
     assert small.item() == pytest.approx(big.item(), rel=1e-6)
     none, adv = self_imitation_loss(logits, values + 1.0, actions, returns, weights, value_coef=0.5)
     assert none.item() == 0.0 and adv.sum() == 0  # no return beats the critic: nothing to learn
+
+
+def test_min_scale_keeps_small_advantages_small():
+    """Once the critic has caught up, leftover advantages must not be blown up to full strength."""
+    logits = torch.zeros(2, 3)
+    actions, values, weights = torch.tensor([0, 1]), torch.zeros(2), torch.ones(2)
+    returns = torch.tensor([0.01, 0.0])
+    alone, _ = self_imitation_loss(logits, values, actions, returns, weights, value_coef=0.0)
+    floored, _ = self_imitation_loss(logits, values, actions, returns, weights, value_coef=0.0, min_scale=0.1)
+    assert alone.item() == pytest.approx(np.log(3) * 1.0 / 2, rel=1e-6)  # 0.01 / 0.01: weight 1
+    assert floored.item() == pytest.approx(np.log(3) * 0.1 / 2, rel=1e-6)  # 0.01 / 0.1: weight 0.1
