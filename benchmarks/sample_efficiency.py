@@ -376,6 +376,18 @@ def snapshot(dest: Path, rev: str) -> None:
     print(f"{commit} -> {dest}; run with PYTHONPATH={dest} python {dest}/benchmarks/sample_efficiency.py run ...")
 
 
+def _agent(method: str, env: str, seed: int):
+    """A fresh agent of ``method`` with the study's settings (1M-step LR schedule), torch on one thread."""
+    import torch
+
+    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.training.agents import agent_class
+
+    torch.set_num_threads(1)
+    cfg = build_config(method, env, seed, 1_000_000)
+    return agent_class(cfg.agent)(cfg, make_vector_env(cfg.env_name, cfg.num_actors), torch.device("cpu"))
+
+
 def speed(methods: list[str], env: str, seed: int, iterations: int, max_warmup: int) -> dict[str, float]:
     """Env steps/s of each method's ``train_iteration`` with the study's settings, timed interleaved.
 
@@ -386,17 +398,10 @@ def speed(methods: list[str], env: str, seed: int, iterations: int, max_warmup: 
     """
     import time
 
-    import torch
-
-    from echo_rl.environments.minigrid_vector import make_vector_env
-    from echo_rl.training.agents import agent_class
-
-    torch.set_num_threads(1)
     learning = {"replay": "replay/value_loss", "sil": "self_imitation/loss"}  # agent attribute -> its loss key
     agents, idle = {}, {}
     for m in methods:
-        cfg = build_config(m, env, seed, 1_000_000)
-        agent = agent_class(cfg.agent)(cfg, make_vector_env(cfg.env_name, cfg.num_actors), torch.device("cpu"))
+        agent = _agent(m, env, seed)
         waiting = []
         for _ in range(max_warmup):
             metrics = agent.train_iteration()
@@ -428,14 +433,7 @@ def digest(method: str, env: str, seed: int, iterations: int) -> str:
     """
     import hashlib
 
-    import torch
-
-    from echo_rl.environments.minigrid_vector import make_vector_env
-    from echo_rl.training.agents import agent_class
-
-    torch.set_num_threads(1)
-    cfg = build_config(method, env, seed, 1_000_000)
-    agent = agent_class(cfg.agent)(cfg, make_vector_env(cfg.env_name, cfg.num_actors), torch.device("cpu"))
+    agent = _agent(method, env, seed)
     h = hashlib.sha256()
     for _ in range(iterations):
         h.update(json.dumps(agent.train_iteration(), sort_keys=True).encode())

@@ -19,6 +19,9 @@ episodes with reward 0, which SIL could not learn from anyway.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch.nn import functional as F
@@ -135,9 +138,6 @@ class SelfImitationReplay:
 
     # -- checkpointing: everything, so a resumed run continues exactly -----------------------
     def state(self) -> dict:
-        import tempfile
-        from pathlib import Path
-
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "sil.npz"
             self.buffer.save(path)
@@ -145,9 +145,6 @@ class SelfImitationReplay:
         return {"pending": [dict(p) for p in self.pending], "episodes": self.episodes, "buffer_npz": data}
 
     def load_state(self, state: dict) -> None:
-        import tempfile
-        from pathlib import Path
-
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "sil.npz"
             path.write_bytes(state["buffer_npz"])
