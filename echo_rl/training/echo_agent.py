@@ -87,7 +87,7 @@ from echo_rl.training.self_imitation import SelfImitationReplay, self_imitation_
 
 STATE_SCALE = 0.1  # MiniGrid indices are < 11: keep the plan encoder's inputs O(1)
 REPLAY_MEMORY_LIMIT = 4 * 2**30
-# checkpoints carry the replay's storage when it is at most this big (the study's settings: ~17 MiB)
+# checkpoints carry the replay's storage when it is at most this big (the study's settings: ~26 MiB)
 REPLAY_CHECKPOINT_LIMIT = 256 * 2**20
 
 
@@ -501,6 +501,12 @@ class EchoAgent:
                 f"of {item_bytes} bytes (limit {REPLAY_MEMORY_LIMIT / 2**30:.0f} GiB): for echo-rl a replay item "
                 f"is a sequence of {self.echo.sequence_length} steps; lower replay_config.max_replay_age / "
                 f"cold_buffer_size")
+        if need > REPLAY_CHECKPOINT_LIMIT:  # said once here, not at every checkpoint
+            warnings.warn(f"echo-rl replay preallocates {need / 2**20:.0f} MiB ({hot + cold} sequences of "
+                          f"{self.echo.sequence_length} steps), over the {REPLAY_CHECKPOINT_LIMIT / 2**20:.0f} MiB "
+                          f"checkpoints carry: a resumed run starts with an empty replay; lower "
+                          f"replay_config.max_replay_age (configs/minigrid_doorkey8x8_echo_rl.yaml keeps 2048)",
+                          stacklevel=2)
         return HotColdBuffer(rc, example=example, seed=self.config.seed + 3)
 
     def _sequence_items(self, roll: _Rollout, full_obs: np.ndarray, full_ep: np.ndarray) -> dict:
@@ -655,14 +661,11 @@ class EchoAgent:
         continues exactly where the checkpoint left it.
 
         The replay is written whole (its preallocated storage), so it is carried only up to
-        ``REPLAY_CHECKPOINT_LIMIT``; a bigger one is left out (with a warning) and a run resumed
-        from that checkpoint starts with an empty replay — the only thing such a resume loses.
+        ``REPLAY_CHECKPOINT_LIMIT``; a bigger one is left out (the agent warned when it built it) and a
+        run resumed from that checkpoint starts with an empty replay — the only thing such a resume loses.
         """
         replay = self.replay
         if replay is not None and self.replay_bytes > REPLAY_CHECKPOINT_LIMIT:
-            warnings.warn(f"echo-rl checkpoint leaves out the replay ({self.replay_bytes / 2**20:.0f} MiB of "
-                          f"storage > {REPLAY_CHECKPOINT_LIMIT / 2**20:.0f} MiB): a resumed run refills it; lower "
-                          f"replay_config.max_replay_age for exact resumes", stacklevel=2)
             replay = None
         return _ActorState(self.envs, {name: getattr(self, name) for name in _ActorState.FIELDS}, replay,
                            None if self.sil is None else self.sil.state())

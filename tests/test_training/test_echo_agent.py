@@ -269,3 +269,18 @@ def test_self_imitation_raises_the_stored_actions_where_the_return_beats_the_val
     after = logp_and_value()
     assert m["self_imitation/positive_fraction"] == 1.0  # V starts near 0, every return is > 0.8
     assert after[0] > before[0] and after[1] > before[1]
+
+
+def test_replay_too_big_for_checkpoints_warns_once_when_built(monkeypatch):
+    """A replay over the checkpoint limit is said once, at construction; checkpoints then leave it out quietly."""
+    import warnings
+
+    from echo_rl.training import echo_agent
+
+    monkeypatch.setattr(echo_agent, "REPLAY_CHECKPOINT_LIMIT", 1024)
+    with pytest.warns(UserWarning, match="replay preallocates .*max_replay_age"):
+        a = make_agent()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert a.rollout_state().replay_npz is None
+        assert make_agent(**{"echo_config.replay_updates": 0}).replay is None  # no replay, nothing to say
