@@ -264,6 +264,29 @@ def summarize(cells: list[dict], threshold: float = 0.9, reps: int = 50_000) -> 
     return rows
 
 
+def per_seed_table(cells: list[dict], threshold: float = 0.9) -> list[str]:
+    """Markdown rows per (env, method): each seed's env steps at the first evaluation >= ``threshold``
+    ("501k"), or its success at the last evaluation ("0.22") when it never got there; "–": not run.
+
+    Why: at five seeds the aggregates hide which seeds a method solves, and methods that
+    solve different seeds (the DoorKey-8x8 lottery) read the same in an IQM.
+    """
+    seeds = sorted({c["seed"] for c in cells})
+    known = {m: i for i, m in enumerate(METHODS)}
+    envs = [e for e in ENVS if any(c["env"] == e for c in cells)] + sorted({c["env"] for c in cells} - set(ENVS))
+    lines = ["| env | method | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|---|" + "---|" * len(seeds)]
+    for env in envs:
+        mine = [c for c in cells if c["env"] == env]
+        for method in sorted({c["method"] for c in mine}, key=lambda m: (known.get(m, len(known)), m)):
+            entry = {}
+            for c in mine:
+                if c["method"] == method:
+                    step, hit = steps_to_threshold(c["curve"], threshold, c["total_steps"])
+                    entry[c["seed"]] = f"{int(step) // 1000}k" if hit else f"{final_success(c):.2f}"
+            lines.append(f"| {_short(env)} | `{method}` | " + " | ".join(entry.get(s, "–") for s in seeds) + " |")
+    return lines
+
+
 def plot(cells: list[dict], path: Path, unfinished: list[dict] = ()) -> None:
     """Mean (+- s.e.) curve of finished cells per method and env; unfinished cells as dotted single curves.
 
@@ -341,6 +364,9 @@ def report(out: Path, md: Path | None, reps: int, allow_mixed: bool = False, plo
             mixed = " **(MIXED versions, pooled with --allow-mixed)**" if len(rec["sha"]) > 1 else ""
             lines.append(f"- `{method}`: commit {', '.join(_short_commit(c) for c in sorted(rec['commits']))}; "
                          f"`{rec['file']}` {shas}{mixed}")
+    if cells:
+        lines += ["", "Per cell: env steps at the first evaluation >= 0.9, else success at the last evaluation:",
+                  "", *per_seed_table(cells)]
     partial = sorted((out / "partial").glob("*.json")) if (out / "partial").is_dir() else []
     if partial:
         lines += ["", "Unfinished cells (not in the aggregates above; last evaluation so far):", "",

@@ -73,9 +73,20 @@ def test_report_lists_unfinished_cells_apart_from_the_aggregates(se, tmp_path):
     se._write(tmp_path / "partial" / "echo-rl__E__0.json", _cell("echo-rl", "E", 0, [0.3]))
     table = se.report(tmp_path, None, reps=100, plot_path=tmp_path / "p.png")
     assert "| ppo | E (100k) | 2 | 2/2 |" in table
+    assert "| E | `ppo` | 25k | 50k |" in table  # the per-seed table
     assert "Unfinished cells" in table and "| echo-rl | E | 0 | 25,000 / 100,000 | 0.300 | not yet |" in table
     assert (tmp_path / "p.png").stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())[0]["method"] == "ppo"
+
+
+def test_per_seed_table_gives_steps_where_reached_else_last_success(se):
+    cells = [_cell("ppo", "E", 0, [0.1, 0.95]), _cell("ppo", "E", 2, [0.1, 0.22]),
+             _cell("echo-rl", "E", 2, [0.91]), _cell("echo-rl/no-kl", "E", 0, [0.0, 0.5, 0.9])]
+    header, rule, *rows = se.per_seed_table(cells)
+    assert header == "| env | method | seed 0 | seed 2 |" and rule == "|---|---|---|---|"
+    assert rows == ["| E | `echo-rl` | – | 25k |",  # METHODS order, then seeds that did not run as "–"
+                    "| E | `ppo` | 50k | 0.22 |",
+                    "| E | `echo-rl/no-kl` | 75k | – |"]
 
 
 def test_a_real_cell_records_its_curve_provenance_and_stops_early(se, tmp_path):
