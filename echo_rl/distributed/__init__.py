@@ -7,9 +7,9 @@ workers as Ray actors for ``TrainingConfig.backend='ray'``; ``ray_replay`` runs 
 Ray actor. See docs/distributed.md.
 """
 
-from echo_rl.distributed.client import LearnerClient, ReplayClient, ReplayServerError
+from echo_rl.distributed.client import LearnerClient, ReplayClient, ReplayServerBusy, ReplayServerError
 from echo_rl.distributed.protocol import PROTOCOL_VERSION, ProtocolError
 from echo_rl.distributed.server import ReplayServer
 
 __all__ = ["LearnerClient", "PROTOCOL_VERSION", "ProtocolError", "ReplayClient", "ReplayServer",
-           "ReplayServerError"]
+           "ReplayServerBusy", "ReplayServerError"]

@@ -34,7 +34,17 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class ReplayServerError(ConnectionError):
-    """The server refused this client (schema or version mismatch, protocol error); not retried."""
+    """The server refused this client (schema or version mismatch, protocol error, authentication); not retried."""
+
+
+class ReplayServerBusy(ConnectionError):
+    """The server closed the connection for a passing reason (connection cap, idle or handshake timeout):
+    an ordinary connection error, so the client reconnects (and resends) until its deadline."""
+
+
+def _error(body: dict, prefix: str) -> ConnectionError:
+    reason = body.get("reason")
+    return (ReplayServerBusy if body.get("retry") is True else ReplayServerError)(f"{prefix}: {reason}")
 
 
 def parse_address(address) -> tuple[str, int]:
@@ -47,13 +57,24 @@ def parse_address(address) -> tuple[str, int]:
     return str(host), int(port)
 
 
-def _handshake(sock: socket.socket, body: dict) -> tuple[dict, int]:
+def _handshake(sock: socket.socket, body: dict, secret: bytes | None = None) -> tuple[dict, int]:
+    """HELLO, then (if the server asks) the AUTH challenge; returns the WELCOME body and seq."""
     sock.sendall(P.HELLO_MAGIC + P.json_frame(P.HELLO, body))
-    hdr = _recv_exact(sock, P.HEADER_SIZE)
-    ftype, _, count, seq = P.unpack_header(hdr)
-    data = P.parse_json(ftype, _recv_exact(sock, count)) if count <= P.MAX_JSON_BYTES else {}
+    while True:
+        ftype, _, count, seq = P.unpack_header(_recv_exact(sock, P.HEADER_SIZE))
+        data = P.parse_json(ftype, _recv_exact(sock, count)) if count <= P.MAX_JSON_BYTES else {}
+        if ftype != P.AUTH:
+            break
+        if secret is None:
+            raise ReplayServerError(f"replay server requires a shared secret: pass secret= or set ${P.SECRET_ENV}")
+        nonce = data.get("nonce")
+        try:
+            nonce = bytes.fromhex(nonce)
+        except (TypeError, ValueError):
+            raise ReplayServerError("replay server sent a malformed AUTH challenge") from None
+        sock.sendall(P.json_frame(P.AUTH, {"mac": P.auth_mac(secret, nonce)}))
     if ftype == P.ERROR:
-        raise ReplayServerError(f"replay server refused the connection: {data.get('reason')}")
+        raise _error(data, "replay server refused the connection")
     if ftype != P.WELCOME:
         raise ReplayServerError(f"replay server answered {P.TYPE_NAMES[ftype]} to HELLO")
     return data, seq
@@ -76,16 +97,18 @@ class ReplayClient:
 
     ``example``: one sample fixing the schema (checked by the server in the handshake).
     ``transport``: "auto" (shared memory when the server is on loopback, else TCP), "tcp" or "shm".
+    ``secret``: the server's shared secret, if it has one (default: ``$ECHORL_REPLAY_SECRET`` when set).
     """
 
     def __init__(self, address, example: Any, *, transport: str = "auto", client_id: str | None = None,
                  max_unacked: int = 1 << 16, flush_bytes: int = 1 << 16, reconnect_timeout: float = 30.0,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = 10.0, secret: str | bytes | None = None):
         if transport not in ("auto", "tcp", "shm"):
             raise ValueError(f"transport={transport!r} is invalid: allowed: auto, tcp, shm")
         if max_unacked < 1:
             raise ValueError(f"max_unacked={max_unacked!r} is invalid: must be >= 1")
         self.host, self.port = parse_address(address)
+        self._secret = P.as_secret(secret) if secret is not None else P.secret_from_env()
         self.schema = example if isinstance(example, Schema) else Schema.from_example(example)
         self.rec = P.record_dtype(self.schema)
         self.frame = P.frame_dtype(self.rec)
@@ -150,6 +173,7 @@ class ReplayClient:
                 self._open_once()
                 return
             except ReplayServerError:
+                self._close_sock()
                 raise
             except OSError as exc:
                 self._close_sock()
@@ -164,7 +188,7 @@ class ReplayClient:
         self._sock = sock
         body = P.hello_body(self.schema, self.client_id, self.transport, self._acked)
         body["stream"] = self.stream
-        info, seq = _handshake(sock, body)
+        info, seq = _handshake(sock, body, self._secret)
         sock.settimeout(None)
         if self.transport == "shm":
             old = self._writer
@@ -361,7 +385,7 @@ class ReplayClient:
                     if self._ack_end - pos - P.HEADER_SIZE < count:
                         break
                     body = P.parse_json(P.ERROR, bytes(self._ackbuf[pos + P.HEADER_SIZE: pos + P.HEADER_SIZE + count]))
-                    raise ReplayServerError(f"replay server closed the connection: {body.get('reason')}")
+                    raise _error(body, "replay server closed the connection")
                 else:
                     raise ReplayServerError(f"unexpected {P.TYPE_NAMES[ftype]} frame from the server")
             rest = self._ack_end - pos
@@ -424,8 +448,10 @@ class ReplayClient:
 class LearnerClient:
     """A learner in another process: ``sample(n)`` returns a Batch whose data are views over the received bytes."""
 
-    def __init__(self, address, example: Any, *, connect_timeout: float = 10.0, client_id: str = "learner"):
+    def __init__(self, address, example: Any, *, connect_timeout: float = 10.0, client_id: str = "learner",
+                 secret: str | bytes | None = None):
         self.host, self.port = parse_address(address)
+        self._secret = P.as_secret(secret) if secret is not None else P.secret_from_env()
         self.schema = example if isinstance(example, Schema) else Schema.from_example(example)
         self.rec = P.record_dtype(self.schema)
         self.client_id = client_id
@@ -438,9 +464,28 @@ class LearnerClient:
         self._sock = sock
         body = P.hello_body(self.schema, self.client_id, "tcp", 0, role="learner")
         body["stream"] = new_stream_id()
-        _handshake(sock, body)
+        try:
+            _handshake(sock, body, self._secret)
+        except BaseException:
+            self.close()
+            raise
         sock.settimeout(None)
         return self
+
+    def _lost(self) -> bool:
+        """True when the server has closed this connection (it sends nothing unasked but an ERROR)."""
+        try:
+            return self._sock is None or self._sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) is not None
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    def _reconnect_if_lost(self) -> None:
+        """An idle learner is dropped by the server after its idle_timeout: reconnect before the next request."""
+        if self._lost():
+            self.close()
+            self.connect()
 
     def __enter__(self) -> "LearnerClient":
         return self.connect()
@@ -452,10 +497,11 @@ class LearnerClient:
         """Ask the server for n samples (blocks until its buffer is ready)."""
         if not 0 < int(n) <= P.MAX_FRAME_SAMPLES:
             raise ValueError(f"n={n!r} is invalid: must be in [1, {P.MAX_FRAME_SAMPLES}]")
+        self._reconnect_if_lost()
         self._sock.sendall(P.pack_header(P.SAMPLE, int(n), 0))
         ftype, _, count, _ = P.unpack_header(_recv_exact(self._sock, P.HEADER_SIZE))
         if ftype == P.ERROR:
-            raise ReplayServerError(P.parse_json(ftype, _recv_exact(self._sock, count)).get("reason"))
+            raise _error(P.parse_json(ftype, _recv_exact(self._sock, count)), "replay server refused the request")
         if ftype != P.BATCH or count != n:
             raise ReplayServerError(f"expected a BATCH of {n}, got {P.TYPE_NAMES[ftype]} of {count}")
         body = _recv_exact(self._sock, 24 * n + n * self.rec.itemsize)
@@ -470,6 +516,7 @@ class LearnerClient:
         pr = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
         if ids.shape != pr.shape:
             raise ValueError(f"indices has {ids.size} entries, priorities {pr.size}")
+        self._reconnect_if_lost()
         self._sock.sendall(P.pack_header(P.PRIORITIES, ids.size, 0) + ids.tobytes() + pr.tobytes())
 
     def close(self) -> None:

@@ -17,6 +17,14 @@ Exactly-once: each writer stream (a random id per ``ReplayClient``) has a next e
 number that survives reconnects; a sample is added only when its seq is the expected one, resends
 of stored seqs are skipped, and a gap closes the connection. An ACK is sent only after the add.
 
+Limits (:mod:`limits`): a connection cap (over it: a retryable ERROR, no thread), a whole-handshake
+deadline, an idle timeout (a TCP writer or learner must complete a frame every ``idle_timeout``
+seconds: idle peers and slow-loris partial frames are dropped), receive buffers that grow only as
+bytes arrive (a DATA frame announcing 2^20 records is stored record by record as they come, so one
+connection never buffers more than ~4 MiB), shared-memory ring quotas, an optional shared-secret
+handshake (HMAC-SHA256 challenge-response, ``hmac.compare_digest``) and a warning when the server
+listens on a non-loopback address. All are checked per connection or per frame, not per sample.
+
 Backpressure: a TCP connection is read only as fast as its samples are stored, so a slow server
 fills the socket buffers and then the client's ack window, which blocks the writer; a shm writer
 blocks when its ring is full.
@@ -24,6 +32,7 @@ blocks when its ring is full.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -37,16 +46,14 @@ import numpy as np
 
 from echo_rl.core.replay.buffer import Batch
 from echo_rl.distributed import protocol as P
+from echo_rl.distributed.limits import Closed as _Closed
+from echo_rl.distributed.limits import Refuser, ServerLimits, Timeout, bind_warning, recv_exact
 from echo_rl.distributed.shm_ring import SHM_DIR, Backoff, RingReader, ShmRing
 
 log = logging.getLogger("echo_rl.replay_server")
 
-_RECV_CHUNK = 1 << 22  # 4 MiB receive buffer per TCP connection (grown for larger frames)
-_HANDSHAKE_TIMEOUT = 10.0
-
-
-class _Closed(Exception):
-    """The peer closed the connection (normally or not)."""
+_RECV_START = 1 << 16  # a TCP connection's receive buffer starts at 64 KiB ...
+_RECV_CHUNK = 1 << 22  # ... and doubles while reads fill it, up to 4 MiB
 
 
 @dataclass
@@ -89,10 +96,16 @@ class ReplayServer:
     ``max_run``: most samples stored by one ``buffer.add``; ``coalesce``: below this many pending
     shared-memory samples the ring thread waits ~200 µs once to batch them. ``logger``: optional metrics logger
     (``log(metrics, step)``) called with every batch's metrics.
+    ``secret``: a shared secret (str/bytes) every client must prove it knows (HMAC challenge); None: no
+    authentication. It is kept in memory only, never logged. ``max_connections``, ``handshake_timeout``,
+    ``idle_timeout``, ``max_rings``, ``max_rings_per_client``, ``max_reply_bytes``: see
+    :class:`~echo_rl.distributed.limits.ServerLimits`.
     """
 
     def __init__(self, buffer, host: str = "127.0.0.1", port: int = 0, *, shm_capacity: int = 1 << 16,
-                 max_run: int = 4096, coalesce: int = 256, logger=None):
+                 max_run: int = 4096, coalesce: int = 256, logger=None, secret: str | bytes | None = None,
+                 max_connections: int = 256, handshake_timeout: float = 10.0, idle_timeout: float | None = 600.0,
+                 max_rings: int = 64, max_rings_per_client: int = 4, max_reply_bytes: int = 1 << 30):
         if getattr(buffer, "schema", None) is None:
             raise ValueError("buffer has no schema yet: build it with example=<one sample> before serving it")
         if not 0 <= int(port) <= 65535:
@@ -106,6 +119,10 @@ class ReplayServer:
         self.max_run = int(max_run)
         self.coalesce = int(coalesce)
         self.logger = logger
+        self.limits = ServerLimits(max_connections, handshake_timeout, idle_timeout, max_rings, max_rings_per_client,
+                                   max_reply_bytes)
+        self._secret = P.as_secret(secret)
+        self._refuser = Refuser()
         self._sock: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
@@ -121,7 +138,8 @@ class ReplayServer:
         self._became_ready = False
         self._started = 0.0
         self.last_batch_metrics: dict[str, float] = {}
-        self.closed_reasons: list[str] = []  # why connections were dropped (for logs and tests)
+        self.closed_reasons: collections.deque = collections.deque(maxlen=1000)  # why connections were dropped
+        self._closed_count = 0
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "ReplayServer":
@@ -137,7 +155,11 @@ class ReplayServer:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
-        log.info("replay server listening on %s:%d (schema: %s)", self.host, self.port, self.schema.describe())
+        log.info("replay server listening on %s:%d (schema: %s; %s)", self.host, self.port, self.schema.describe(),
+                 "shared-secret authentication on" if self._secret else "no authentication")
+        warning = bind_warning(sock.getsockname()[0], self.port, self._secret is not None)
+        if warning:
+            log.warning(warning)
         return self
 
     @property
@@ -157,6 +179,7 @@ class ReplayServer:
         self._threads.clear()
         self._sock.close()
         self._sock = None
+        self._refuser.close()
         with self._lock:
             for reader, _ in self._rings.values():
                 reader.mark_closed()
@@ -258,7 +281,8 @@ class ReplayServer:
         m = {"replay/buffer_size": float(len(self.buffer)), "replay/samples_added": float(self.samples_added),
              "replay/queue_depth": float(self.queue_depth()), "replay/ingest_samples_per_s": self.ingest_rate(),
              "replay/connections": float(len(self._conns)), "replay/batches": float(self._batches),
-             "replay/closed_connections": float(len(self.closed_reasons))}
+             "replay/closed_connections": float(self._closed_count),
+             "replay/refused_connections": float(self._refuser.refused)}
         for cid, st in list(self._stats.items()):
             for k in ("samples", "frames", "bytes", "duplicates", "connections"):
                 m[f"replay/client/{cid}/{k}"] = float(getattr(st, k))
@@ -292,28 +316,39 @@ class ReplayServer:
         self._store(runs[0] if len(runs) == 1 else np.concatenate(runs), stats)
 
     def _accept_loop(self) -> None:
+        cap = self.limits.max_connections
         while not self._stop.is_set():
+            self._refuser.tick()
             try:
                 conn, peer = self._sock.accept()
             except (TimeoutError, socket.timeout):
                 continue
             except OSError:
                 break
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
-                self._conns.add(conn)
+                n = len(self._conns)
+                if n < cap:
+                    self._conns.add(conn)
+            if n >= cap:  # no thread for it: an ERROR the client retries on, then a close
+                msg = f"too many connections ({n} open, max_connections={cap})"
+                log.warning("refusing replay connection from %s:%d: %s", peer[0], peer[1], msg)
+                self._refuser.refuse(conn, P.json_frame(P.ERROR, {"reason": msg, "retry": True}))
+                continue
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             t = threading.Thread(target=self._serve_conn, args=(conn, peer), name=f"replay-conn-{peer}", daemon=True)
             t.start()
+            self._threads = [x for x in self._threads if x.is_alive()]
             self._threads.append(t)
 
-    def _drop(self, conn: socket.socket, peer, reason: str | None) -> None:
+    def _drop(self, conn: socket.socket, peer, reason: str | None, retry: bool = False) -> None:
         if reason:
             msg = f"closing replay connection from {peer[0]}:{peer[1]}: {reason}"
             log.warning(msg)
             self.closed_reasons.append(msg)
+            self._closed_count += 1
             try:
                 conn.settimeout(0.5)
-                conn.sendall(P.json_frame(P.ERROR, {"reason": reason}))
+                conn.sendall(P.json_frame(P.ERROR, {"reason": reason, "retry": retry} if retry else {"reason": reason}))
             except OSError:
                 pass
         with self._lock:
@@ -322,22 +357,25 @@ class ReplayServer:
         conn.close()
 
     def _serve_conn(self, conn: socket.socket, peer) -> None:
-        reason = None
+        reason, retry = None, False
         try:
-            conn.settimeout(_HANDSHAKE_TIMEOUT)
-            magic = _recv_exact(conn, len(P.HELLO_MAGIC))
+            deadline = time.monotonic() + self.limits.handshake_timeout  # for the whole handshake
+            magic = recv_exact(conn, len(P.HELLO_MAGIC), deadline, "the handshake")
             if magic != P.HELLO_MAGIC:
                 raise P.ProtocolError(f"not an EchoRL replay client (first bytes {magic[:8]!r})")
-            ftype, _, count, _ = P.unpack_header(_recv_exact(conn, P.HEADER_SIZE))
+            ftype, _, count, _ = P.unpack_header(recv_exact(conn, P.HEADER_SIZE, deadline, "HELLO"))
             if ftype != P.HELLO:
                 raise P.ProtocolError(f"expected HELLO, got {P.TYPE_NAMES[ftype]}")
             if count > P.MAX_JSON_BYTES:
                 raise P.ProtocolError(f"HELLO body of {count} bytes exceeds {P.MAX_JSON_BYTES}")
-            body = P.parse_json(P.HELLO, _recv_exact(conn, count))
+            raw = recv_exact(conn, count, deadline, "HELLO")
+            if self._secret is not None:  # before the HELLO is even parsed
+                self._authenticate(conn, deadline)
+            body = P.parse_json(P.HELLO, raw)
             cid, transport, next_seq, role = P.check_hello(body, self.schema)
             stream = body.get("stream")
             if not isinstance(stream, str) or not 0 < len(stream) <= 64:
-                raise P.ProtocolError(f"stream={stream!r} is invalid: must be a non-empty string of <= 64 chars")
+                raise P.ProtocolError(f"stream={P.short(stream)} is invalid: must be a non-empty string of <= 64 chars")
             conn.settimeout(None)
             stats = self._stats.setdefault(cid, _ClientStats())
             stats.connections += 1
@@ -351,15 +389,34 @@ class ReplayServer:
             pass
         except P.ProtocolError as exc:
             reason = str(exc)
+        except Timeout as exc:
+            reason, retry = str(exc), True
         except (TimeoutError, socket.timeout):
-            reason = "timed out during the handshake"
+            reason, retry = "timed out sending to the peer", True
         except OSError as exc:
             if not self._stop.is_set():
                 log.info("replay connection from %s:%d ended: %s", peer[0], peer[1], exc)
         except Exception as exc:  # a bug or a buffer error must not take the server down
             reason = f"internal error: {exc!r}"
             log.exception("replay connection from %s:%d failed", *peer[:2])
-        self._drop(conn, peer, reason)
+        self._drop(conn, peer, reason, retry)
+
+    def _authenticate(self, conn: socket.socket, deadline: float) -> None:
+        """HMAC challenge-response: the client answers HMAC(secret, label + nonce); compared in constant time."""
+        nonce = P.new_nonce()
+        conn.sendall(P.json_frame(P.AUTH, {"nonce": nonce.hex(), "alg": "hmac-sha256"}))
+        try:
+            ftype, _, count, _ = P.unpack_header(recv_exact(conn, P.HEADER_SIZE, deadline, "the AUTH reply"))
+            if ftype != P.AUTH:
+                raise P.ProtocolError(f"authentication failed: expected AUTH, got {P.TYPE_NAMES[ftype]}")
+            if count > P.MAX_AUTH_BYTES:
+                raise P.ProtocolError(f"authentication failed: AUTH body of {count} bytes exceeds {P.MAX_AUTH_BYTES}")
+            body = P.parse_json(P.AUTH, recv_exact(conn, count, deadline, "the AUTH reply"))
+        except _Closed:
+            raise P.ProtocolError("authentication failed: the client closed the connection instead of answering "
+                                  "the challenge (it has no shared secret?)") from None
+        if not P.check_mac(self._secret, nonce, body.get("mac")):
+            raise P.ProtocolError("authentication failed: wrong shared secret")
 
     def _serve_tcp(self, conn: socket.socket, cid: str, stream_id: str, client_next: int, stats) -> None:
         with self._lock:
@@ -384,95 +441,134 @@ class ReplayServer:
             st.lock.release()
 
     def _tcp_loop(self, conn: socket.socket, st: _Stream, stats: _ClientStats) -> None:
+        """Read chunks, store every complete record, ACK once per chunk.
+
+        Memory follows the bytes received, not the counts announced: the buffer starts at 64 KiB and
+        doubles only while reads fill it (up to max(4 MiB, 4 frames)); a multi-record DATA frame is
+        stored record by record as its bytes arrive (``left`` records to go, next seq ``fseq``), so
+        nothing beyond one partial record or header is ever carried over."""
         rsz = self.rec.itemsize
         fsz = self.frame.itemsize
-        buf = bytearray(max(_RECV_CHUNK, 4 * fsz))
+        cap = max(_RECV_CHUNK, 4 * fsz)
+        buf = bytearray(min(cap, max(_RECV_START, 4 * fsz)))
         view = memoryview(buf)
         end = 0
+        left = fseq = 0
+        max_run = self.max_run
+        idle = self.limits.idle_timeout
+        deadline = None if idle is None else time.monotonic() + idle
         while True:
-            if end == len(buf):  # a frame larger than the buffer: grow it
-                nbuf = bytearray(2 * len(buf))
-                nbuf[:end] = buf[:end]
-                view.release()
-                buf, view = nbuf, memoryview(nbuf)
-            got = conn.recv_into(view[end:])
+            if deadline is not None:
+                conn.settimeout(max(1e-3, deadline - time.monotonic()))
+            try:
+                got = conn.recv_into(view[end:])
+            except (TimeoutError, socket.timeout):
+                raise Timeout(f"no complete frame in {idle:g}s (idle_timeout)") from None
             if got == 0:
                 raise _Closed()
+            full = end + got == len(buf)
             end += got
             pos = 0
-            runs: list[np.ndarray] = []  # record views into buf, stored together before buf is reused
-            while end - pos >= P.HEADER_SIZE:
+            runs: list[np.ndarray] = []  # record views into buf, stored before buf is reused
+            nrun = 0
+            acked = False
+            while True:
+                if nrun >= max_run:
+                    self._store_runs(runs, stats)
+                    runs.clear()
+                    nrun, acked = 0, True
+                if left:  # inside a multi-record frame: take the whole records that are here
+                    k = min(left, (end - pos) // rsz)
+                    if k == 0:
+                        break
+                    skip = min(st.next_seq - fseq, k)  # >= 0: checked at the frame's header
+                    if skip < k:
+                        runs.append(np.frombuffer(buf, dtype=self.rec, count=k - skip, offset=pos + skip * rsz))
+                        nrun += k - skip
+                        st.next_seq = fseq + k
+                    stats.duplicates += skip
+                    pos += k * rsz
+                    left -= k
+                    fseq += k
+                    continue
+                if end - pos < P.HEADER_SIZE:
+                    break
                 ftype, _, count, seq = P.unpack_header(buf, pos)
                 if ftype == P.BYE:
                     if runs:
                         self._store_runs(runs, stats)
+                    if runs or acked:
                         conn.sendall(P.pack_header(P.ACK, 0, st.next_seq))
                     raise _Closed()
                 if ftype != P.DATA:
                     raise P.ProtocolError(f"unexpected {P.TYPE_NAMES[ftype]} frame from a writer")
                 if not 0 < count <= P.MAX_FRAME_SAMPLES:
                     raise P.ProtocolError(f"DATA frame count={count} is invalid: must be in [1, {P.MAX_FRAME_SAMPLES}]")
-                if count == 1:
-                    k = min((end - pos) // fsz, self.max_run)
-                    if k == 0:
-                        break
-                    frames = np.frombuffer(buf, dtype=self.frame, count=k, offset=pos)
-                    h = frames["h"]
-                    ok = (h["magic"] == P.MAGIC) & (h["type"] == P.DATA) & (h["count"] == 1)
-                    if not ok.all():
-                        k = int(np.argmin(ok))  # >= 1: the first frame was checked above
-                    seqs = h["seq"][:k]
-                    skip = int(np.searchsorted(seqs, st.next_seq)) if seqs[0] < st.next_seq else 0
-                    if skip < k:
-                        want = st.next_seq + np.arange(k - skip, dtype=np.uint64)
-                        if not np.array_equal(seqs[skip:], want):
-                            bad = skip + int(np.argmin(seqs[skip:] == want))
-                            raise P.ProtocolError(f"sequence gap: expected {st.next_seq + bad - skip}, "
-                                                  f"got {int(seqs[bad])}")
-                        runs.append(frames["r"][skip:k])
-                        st.next_seq += k - skip
-                    stats.frames += k
-                    stats.duplicates += skip
-                    del frames, h, seqs
-                    pos += k * fsz
-                    if sum(len(r) for r in runs) >= self.max_run:
-                        break
-                    continue
-                need = P.HEADER_SIZE + count * rsz
-                if end - pos < need:
-                    if need > len(buf) and pos == 0:
-                        nbuf = bytearray(need)
-                        nbuf[:end] = buf[:end]
-                        view.release()
-                        buf, view = nbuf, memoryview(nbuf)
-                    break
-                stats.frames += 1
-                lo = st.next_seq - seq
                 if seq > st.next_seq:
                     raise P.ProtocolError(f"sequence gap: expected {st.next_seq}, got {seq}")
-                if lo < count:
-                    runs.append(np.frombuffer(buf, dtype=self.rec, count=count, offset=pos + P.HEADER_SIZE)[lo:])
-                    st.next_seq += count - lo
-                stats.duplicates += min(lo, count)
-                pos += need
+                if count > 1:
+                    stats.frames += 1
+                    left, fseq = count, seq
+                    pos += P.HEADER_SIZE
+                    continue
+                k = min((end - pos) // fsz, max_run)
+                if k == 0:
+                    break
+                frames = np.frombuffer(buf, dtype=self.frame, count=k, offset=pos)
+                h = frames["h"]
+                ok = (h["magic"] == P.MAGIC) & (h["type"] == P.DATA) & (h["count"] == 1)
+                if not ok.all():
+                    k = int(np.argmin(ok))  # >= 1: the first frame was checked above
+                seqs = h["seq"][:k]
+                skip = int(np.searchsorted(seqs, st.next_seq)) if seqs[0] < st.next_seq else 0
+                if skip < k:
+                    want = st.next_seq + np.arange(k - skip, dtype=np.uint64)
+                    if not np.array_equal(seqs[skip:], want):
+                        bad = skip + int(np.argmin(seqs[skip:] == want))
+                        raise P.ProtocolError(f"sequence gap: expected {st.next_seq + bad - skip}, "
+                                              f"got {int(seqs[bad])}")
+                    runs.append(frames["r"][skip:k])
+                    nrun += k - skip
+                    st.next_seq += k - skip
+                stats.frames += k
+                stats.duplicates += skip
+                del frames, h, seqs
+                pos += k * fsz
             if runs:
                 self._store_runs(runs, stats)
                 runs.clear()
+                acked = True
+            if acked:
                 conn.sendall(P.pack_header(P.ACK, 0, st.next_seq))
             if pos:
+                if deadline is not None:  # a frame or record completed: the peer is not idle
+                    deadline = time.monotonic() + idle
                 rest = end - pos
                 if rest:
                     buf[:rest] = bytes(view[pos:end])
                 end = rest
+            if full and len(buf) < cap:  # the socket had more than fit: read bigger chunks
+                nbuf = bytearray(min(cap, 2 * len(buf)))
+                nbuf[:end] = view[:end]
+                view.release()
+                buf, view = nbuf, memoryview(nbuf)
 
     def _serve_shm(self, conn: socket.socket, peer, cid: str, stats: _ClientStats) -> None:
         if peer[0] not in ("127.0.0.1", "::1"):
             raise P.ProtocolError(f"shared memory needs a client on this host; {peer[0]} is remote (use tcp)")
-        ring = ShmRing.create(self.rec, self.shm_capacity)
-        self._segments.add(ring.name)
-        reader = RingReader(ring)
-        key = id(reader)
-        with self._lock:
+        lim = self.limits
+        with self._lock:  # quotas count live rings (a ring being drained after its writer left is not)
+            live = [c for k, (_, c) in self._rings.items() if k not in self._ring_gone]
+            if len(live) >= lim.max_rings:
+                raise P.ProtocolError(f"no shared-memory ring left: {len(live)} in use (max_rings={lim.max_rings}); "
+                                      f"use transport='tcp'")
+            if live.count(cid) >= lim.max_rings_per_client:
+                raise P.ProtocolError(f"client_id={P.short(cid)} already holds {live.count(cid)} shared-memory rings "
+                                      f"(max_rings_per_client={lim.max_rings_per_client}); use transport='tcp'")
+            ring = ShmRing.create(self.rec, self.shm_capacity)
+            self._segments.add(ring.name)
+            reader = RingReader(ring)
+            key = id(reader)
             self._rings[key] = (reader, cid)
         conn.sendall(P.json_frame(P.WELCOME, {"version": P.PROTOCOL_VERSION, "shm_name": ring.name,
                                               "capacity": ring.capacity, "record_size": self.rec.itemsize}))
@@ -545,23 +641,32 @@ class ReplayServer:
 
     def _serve_learner(self, conn: socket.socket) -> None:
         conn.sendall(P.json_frame(P.WELCOME, {"version": P.PROTOCOL_VERSION, "record_size": self.rec.itemsize}))
+        idle = self.limits.idle_timeout
+        per_sample = 24 + self.rec.itemsize  # id, weight, probability, record
         while True:
-            hdr = _recv_exact(conn, P.HEADER_SIZE)
-            ftype, _, count, seq = P.unpack_header(hdr)
+            deadline = None if idle is None else time.monotonic() + idle  # a whole request within idle_timeout
+            try:
+                ftype, _, count, seq = P.unpack_header(recv_exact(conn, P.HEADER_SIZE, deadline, "a learner request"))
+            except Timeout:
+                raise Timeout(f"no learner request in {idle:g}s (idle_timeout)") from None
             if ftype == P.BYE:
                 raise _Closed()
             if ftype == P.SAMPLE:
                 if not 0 < count <= P.MAX_FRAME_SAMPLES:
                     raise P.ProtocolError(f"SAMPLE count={count} is invalid: must be in [1, {P.MAX_FRAME_SAMPLES}]")
+                if count * per_sample > self.limits.max_reply_bytes:
+                    raise P.ProtocolError(f"SAMPLE count={count} asks for {count * per_sample} bytes; the limit is "
+                                          f"max_reply_bytes={self.limits.max_reply_bytes}")
                 batch = self.sample(count)
                 recs = P.tree_to_records(self.schema, self.rec, batch.data)
+                conn.settimeout(idle)  # a learner that stops reading is dropped like an idle one
                 conn.sendall(P.pack_header(P.BATCH, count, 0) + np.ascontiguousarray(batch.indices, np.int64).tobytes()
                              + np.ascontiguousarray(batch.weights, np.float64).tobytes()
                              + np.ascontiguousarray(batch.probabilities, np.float64).tobytes() + recs.tobytes())
             elif ftype == P.PRIORITIES:
                 if not 0 < count <= P.MAX_FRAME_SAMPLES:
                     raise P.ProtocolError(f"PRIORITIES count={count} is invalid")
-                body = _recv_exact(conn, 16 * count)
+                body = recv_exact(conn, 16 * count, deadline, "a PRIORITIES frame")
                 ids = np.frombuffer(body, np.int64, count=count)
                 pr = np.frombuffer(body, np.float64, count=count, offset=8 * count)
                 try:
@@ -570,18 +675,6 @@ class ReplayServer:
                     raise P.ProtocolError(f"bad PRIORITIES frame: {exc}") from None
             else:
                 raise P.ProtocolError(f"unexpected {P.TYPE_NAMES[ftype]} frame from a learner")
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    out = bytearray(n)
-    view = memoryview(out)
-    got = 0
-    while got < n:
-        k = conn.recv_into(view[got:])
-        if k == 0:
-            raise _Closed()
-        got += k
-    return bytes(out)
 
 
 def _shutdown(conn: socket.socket) -> None:
