@@ -476,9 +476,14 @@ class TrainingConfig(ConfigBase):
             self._fail("num_learners", self.num_learners, "EchoRL runs 1 learner on either backend (several learners are not built yet)")
 
     def _validate_text(self) -> None:
-        if self.backbone is None:
-            self._fail("backbone", None, f"text task {self.env_name!r} needs a language-model backbone: tiny, "
-                                         "tiny:<preset> or a local checkpoint directory")
+        if self.backbone is None:  # the registered pretrained model is the default, once fetched
+            from echo_rl.models.fetch import DEFAULT_TEXT_BACKBONE as default, fetch_hint, is_fetched
+
+            if not is_fetched(default):
+                self._fail("backbone", None, f"text task {self.env_name!r} needs a language-model backbone: tiny, "
+                                             f"tiny:<preset>, a local checkpoint directory or {default} (the "
+                                             f"default once fetched: {fetch_hint(default)})")
+            self.backbone = default
         from echo_rl.models.api import resolve_api_name
 
         if resolve_api_name(self.backbone) is not None or self.backbone.startswith(("http://", "https://")):

@@ -27,6 +27,9 @@ def check_backbone_name(name: str) -> None:
 
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"backbone name {name!r} is invalid: must be a non-empty string")
+    from echo_rl.models.fetch import resolve_model
+
+    resolve_model(name)  # a registered model not fetched here fails now, naming the fetch command
     if name in known_backbones() or resolve_api_name(name) is not None:
         return
     if name.startswith(("http://", "https://")) or Path(name).expanduser().is_dir():

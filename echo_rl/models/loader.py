@@ -2,8 +2,10 @@
 
 Names, in the order they are tried:
 ``tiny`` / ``tiny:<preset>`` / a preset name (built offline on first use and
-cached), an API alias (``gpt-4o``, ``claude-3.5-sonnet``, ``gemini-1.5-pro``,
-``llama-4``, ``qwen``, ``deepseek-r1``), ``<provider>/<model>``, an
+cached), a registered pretrained model (``smollm2-135m``: the checkpoint
+``echo-rl models fetch`` built, see ``echo_rl.models.fetch``), an API alias
+(``gpt-4o``, ``claude-3.5-sonnet``, ``gemini-1.5-pro``, ``llama-4``, ``qwen``,
+``deepseek-r1``), ``<provider>/<model>``, an
 OpenAI-compatible URL (``http://127.0.0.1:8000/v1`` or ``...#model``), or a
 local checkpoint directory.
 """
@@ -21,9 +23,10 @@ from echo_rl.models.config import BackboneConfig
 def backbone_names() -> list[str]:
     """Named backbones (besides provider/model, URLs and checkpoint paths)."""
     from echo_rl.models.api import ALIASES
+    from echo_rl.models.fetch import MODELS
     from echo_rl.models.tiny import PRESETS
 
-    return ["tiny", *[f"tiny:{p}" for p in PRESETS], *ALIASES]
+    return ["tiny", *[f"tiny:{p}" for p in PRESETS], *MODELS, *ALIASES]
 
 
 def _allowed() -> str:
@@ -54,6 +57,14 @@ def load_backbone(name_or_path: str | Path | Backbone, config: BackboneConfig | 
 
         path = tiny_checkpoint(preset, seed=cfg.tiny_seed)
         return LocalBackbone(path, device=cfg.device, dtype=cfg.dtype, name=name, max_context=cfg.max_context)
+
+    from echo_rl.models.fetch import resolve_model
+
+    fetched = resolve_model(name)  # a registered name not fetched: one line naming the fetch command
+    if fetched is not None:
+        from echo_rl.models.local import LocalBackbone
+
+        return LocalBackbone(fetched, device=cfg.device, dtype=cfg.dtype, name=name, max_context=cfg.max_context)
 
     from echo_rl.models.api import APIBackbone, resolve_api_name
 

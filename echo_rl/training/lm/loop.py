@@ -64,12 +64,16 @@ def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
     import transformers
 
     from echo_rl.models.api import resolve_api_name
+    from echo_rl.models.fetch import resolve_model
     from echo_rl.models.tiny import PRESETS, tiny_checkpoint
 
     preset = backbone.split(":", 1)[1] if backbone.startswith("tiny:") else "tiny" if backbone == "tiny" else \
         backbone if backbone in PRESETS else None
+    fetched = resolve_model(backbone) if preset is None else None  # smollm2-135m: the fetched checkpoint
     if preset is not None:
         path = tiny_checkpoint(preset, seed=seed)
+    elif fetched is not None:
+        path = fetched
     elif resolve_api_name(backbone) is not None or backbone.startswith(("http://", "https://")):
         raise ConfigError(f"backbone={backbone!r} is invalid: API models cannot be trained (no weights); training "
                           f"supports tiny, {', '.join('tiny:' + p for p in PRESETS)} or a local checkpoint directory")
