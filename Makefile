@@ -8,12 +8,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Extras the test suite exercises. alfworld builds fast-downward from source
 # (cmake + g++, ~5 min the first time; pip caches the wheel afterwards).
-TEST_EXTRAS ?= llm,api,serve,eval,webshop,alfworld,distributed,dev
+TEST_EXTRAS ?= llm,api,serve,eval,webshop,alfworld,distributed,models,dev
 PYTEST_ARGS ?=
 # fast-downward's build calls a bare `python`: the venv must come first on PATH.
 VENV_PATH := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: setup setup-test demo test clean
+.PHONY: setup setup-test fetch-models demo test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,11 @@ setup-test: setup
 demo: setup
 	$(VENV)/bin/echo-rl train --config configs/minigrid_doorkey5x5.yaml
 
-test: setup-test
+# The real pretrained model the model tests use (~90 MB download, ~2 min conversion, once per machine).
+fetch-models: setup-test
+	$(VENV)/bin/echo-rl models fetch smollm2-135m
+
+test: setup-test fetch-models
 	$(VENV_PATH) $(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
