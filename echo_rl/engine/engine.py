@@ -21,6 +21,7 @@ import collections
 import concurrent.futures
 import itertools
 import math
+import operator
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,23 @@ class ContextLengthError(ValueError):
 
 class EngineClosedError(RuntimeError):
     """The engine is not running (call ``start()`` or use ``async with``)."""
+
+
+class RequestFailedError(RuntimeError):
+    """This request failed inside the engine; the others kept running."""
+
+
+def _int_list(values: Sequence[int], name: str) -> list[int]:
+    """``values`` as Python ints; floats, bools and strings are a ValueError naming ``name``."""
+    out = []
+    for t in values:
+        try:
+            if isinstance(t, bool):
+                raise TypeError
+            out.append(operator.index(t))  # ints, numpy ints, integer 0-d tensors
+        except TypeError:
+            raise ValueError(f"{name} contains {t!r}: must be integers") from None
+    return out
 
 
 @dataclass
@@ -216,7 +234,7 @@ class AsyncExecutionEngine(EngineFrontend):
         """
         if self._task is None or self._stopping:
             raise EngineClosedError("engine is not running: call `await engine.start()` or use `async with engine`")
-        prompt = [int(t) for t in prompt_ids]
+        prompt = _int_list(prompt_ids, "prompt_ids")
         bad = next((t for t in prompt if not 0 <= t < self.runner.vocab_size), None)
         if bad is not None:
             raise ValueError(f"prompt_ids contains token {bad}: allowed 0..{self.runner.vocab_size - 1}")
@@ -226,11 +244,14 @@ class AsyncExecutionEngine(EngineFrontend):
             if plan.ndim != 2 or plan.shape[0] < 1 or plan.shape[1] != self.runner.hidden_size:
                 raise ValueError(f"plan_embeddings shape {tuple(plan.shape)} is invalid: need "
                                  f"[P>=1, hidden_size={self.runner.hidden_size}]")
+            if not plan.is_floating_point() or not bool(torch.isfinite(plan).all()):
+                raise ValueError("plan_embeddings is invalid: must be a finite floating-point tensor")
             plan = plan.detach().to(self.device, self.runner.dtype)
         if not prompt and plan is None:
             raise ValueError("prompt_ids is empty: need at least one token (or plan_embeddings)")
-        stops = self.default_stop_ids if stop_token_ids is None else tuple(int(t) for t in stop_token_ids)
-        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=float(temperature), top_p=float(top_p),
+        stops = self.default_stop_ids if stop_token_ids is None else tuple(_int_list(stop_token_ids,
+                                                                                     "stop_token_ids"))
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                 top_k=top_k, stop_token_ids=stops, seed=seed)
         if not isinstance(reward_estimate, (int, float)) or not math.isfinite(reward_estimate):
             raise ValueError(f"reward_estimate={reward_estimate!r} is invalid: must be a finite number")
@@ -366,35 +387,72 @@ class AsyncExecutionEngine(EngineFrontend):
             else:
                 waiting.append(r)
         self._waiting = waiting
-        self._admit(now)
+        self._admit(now, done)
         if not self._running:
             return done
         segments, seqs = self._build_batch()
         t0 = time.perf_counter()
-        logits = self.runner.forward(segments)
+        rows = self._forward_isolating(segments, seqs, done)
         self.metrics.record_step(len(segments), sum(s.num_inputs for s in segments), time.perf_counter() - t0)
-        row = 0
         finished = []
-        for seg, seq in zip(segments, seqs):
-            if not seg.need_logits:
+        for seq, logits in rows:
+            try:
+                tok, lp = choose_token(logits, seq.req.params, seq.generator)
+                seq.out.append(tok)
+                seq.logprobs.append(lp)
+                seq.versions.append(self.policy_version)
+                if len(seq.out) == 1 and seq.start_version == self.policy_version:
+                    # Prefill done: share the prompt now, so requests waiting on it (and siblings) reuse it.
+                    n = len(seq.req.prompt)
+                    self.cache.insert(seq.req.prompt, seq.kv.rows(n))
+            except Exception as exc:
+                done.append((seq.req, self._fail_one(seq, exc)))
                 continue
-            tok, lp = choose_token(logits[row], seq.req.params, seq.generator)
-            row += 1
-            seq.out.append(tok)
-            seq.logprobs.append(lp)
-            seq.versions.append(self.policy_version)
-            if len(seq.out) == 1 and seq.start_version == self.policy_version:
-                # Prefill done: share the prompt now, so requests waiting on it (and siblings) reuse it.
-                n = len(seq.req.prompt)
-                self.cache.insert(seq.req.prompt, seq.kv.rows(n))
             p = seq.req.params
             if tok in p.stop_token_ids or len(seq.out) >= p.max_new_tokens:
                 finished.append((seq, "stop" if tok in p.stop_token_ids else "length"))
         for seq, reason in finished:
-            done.append((seq.req, self._finish(seq, reason)))
+            try:
+                done.append((seq.req, self._finish(seq, reason)))
+            except Exception as exc:
+                done.append((seq.req, self._fail_one(seq, exc)))
         return done
 
-    def _admit(self, now: float) -> None:
+    def _forward_isolating(self, segments: list[Segment], seqs: list[_Sequence],
+                           done: list) -> list[tuple[_Sequence, torch.Tensor]]:
+        """The step's forward; ``(sequence, logits)`` for every segment that needs logits.
+
+        If the packed forward raises, each segment is run alone (the forward
+        only advances ``kv.length`` after success, and sequences share no rows
+        outside attention), so only the sequences whose own forward fails are
+        failed, into ``done``; a fault of the model itself still fails them all.
+        """
+        try:
+            logits = self.runner.forward(segments)
+        except Exception:
+            out = []
+            for seg, seq in zip(segments, seqs):
+                try:
+                    row = self.runner.forward([seg])
+                except Exception as exc:
+                    done.append((seq.req, self._fail_one(seq, exc)))
+                    continue
+                if seg.need_logits:
+                    out.append((seq, row[0]))
+            return out
+        need = [seq for seg, seq in zip(segments, seqs) if seg.need_logits]
+        return [(seq, logits[i]) for i, seq in enumerate(need)]
+
+    def _fail_one(self, seq: _Sequence, exc: BaseException) -> BaseException:
+        """Drop one running sequence (pins released) and return the error its caller gets."""
+        if seq in self._running:
+            self._running.remove(seq)
+            self.cache.release(seq.match)
+        self.metrics.requests_failed += 1
+        return RequestFailedError(f"request {seq.req.rid} failed in the engine step: {type(exc).__name__}: {exc}")
+
+    def _admit(self, now: float, failed: list) -> None:
+        """Move waiting requests into the running set; those that cannot start go to ``failed``."""
         free = self.config.max_concurrent_rollouts - len(self._running)
         if free <= 0 or not self._waiting:
             return
@@ -420,15 +478,24 @@ class AsyncExecutionEngine(EngineFrontend):
         chosen = set(map(id, admitted))
         self._waiting = [r for r in self._waiting if id(r) not in chosen]
         for req in admitted:
-            match = self.cache.match_and_pin(req.prompt, limit(req))
-            kv = self.runner.new_kv(req.num_inputs + req.params.max_new_tokens)
-            if match.length:
-                kv.load_rows(self.cache.pool.read(match.slots))
-            gen = None
-            if req.params.temperature > 0:
-                gen = torch.Generator(device=self.device)
-                gen.manual_seed(req.params.seed if req.params.seed is not None else
-                                int(torch.randint(0, 2**62, (1,))))
+            match = None
+            try:
+                match = self.cache.match_and_pin(req.prompt, limit(req))
+                kv = self.runner.new_kv(req.num_inputs + req.params.max_new_tokens)
+                if match.length:
+                    kv.load_rows(self.cache.pool.read(match.slots))
+                gen = None
+                if not req.params.greedy:
+                    gen = torch.Generator(device=self.device)
+                    gen.manual_seed(req.params.seed if req.params.seed is not None else
+                                    int(torch.randint(0, 2**62, (1,))))
+            except Exception as exc:  # this request alone cannot start (e.g. its KV does not fit in memory)
+                if match is not None:
+                    self.cache.release(match)
+                self.metrics.requests_failed += 1
+                failed.append((req, RequestFailedError(f"request {req.rid} could not be admitted: "
+                                                       f"{type(exc).__name__}: {exc}")))
+                continue
             self.metrics.record_admit(now - req.arrival)
             self._running.append(_Sequence(req, kv, match, now, self.scheduler.b_eff(req.num_inputs, match.length),
                                            gen, self.policy_version))
