@@ -99,7 +99,8 @@ def test_kl_to_the_policy_rl_started_from(checkpoint, tmp_path, plan):
     assert kls[0] == pytest.approx(0.0, abs=1e-6) and kls[-1] > 1e-6
 
 
-def test_bad_backbones_are_one_clear_error(tmp_path, checkpoint, forgetful_template, chatml_tokenizer):
+def test_bad_backbones_are_one_clear_error(tmp_path, checkpoint, forgetful_template, chatml_tokenizer, monkeypatch):
+    monkeypatch.setenv("ECHO_RL_MODEL_DIR", str(tmp_path / "models"))  # smollm2-135m absent: no default backbone
     with pytest.raises(ConfigError, match="an API model has no weights to train"):
         TrainingConfig(env_name="alfworld", backbone="gpt-4o")
     with pytest.raises(ConfigError, match="API models cannot be trained"):

@@ -28,7 +28,8 @@ def _one_line_error(r, needle):
     (["--task", "minigrid", "--backbone", "tiny", "--agent", "impala"], "text tasks train with ppo (GRPO) or echo-rl"),
 ])
 def test_bad_text_training_input_is_one_line(args, needle, tmp_path):
-    r = _cli("train", *args, "--run-dir", str(tmp_path / "run"))
+    # an empty model directory: with smollm2-135m fetched, a text task given no backbone would use it
+    r = _cli("train", *args, "--run-dir", str(tmp_path / "run"), env={"ECHO_RL_MODEL_DIR": str(tmp_path / "models")})
     _one_line_error(r, needle)
     assert not (tmp_path / "run").exists()
 
