@@ -27,6 +27,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-jsonl", default=None, help="append server metrics here every --metrics-every s")
     p.add_argument("--metrics-every", type=float, default=10.0, help="seconds between metric lines")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: run until ^C)")
+    p.add_argument("--secret-file", default=None,
+                   help="file holding a shared secret every client must prove it knows (HMAC handshake); default: "
+                        "$ECHORL_REPLAY_SECRET if set, else no authentication")
+    p.add_argument("--max-connections", type=int, default=256, help="open connections at most (more are refused)")
+    p.add_argument("--handshake-timeout", type=float, default=10.0, help="seconds a client has for the whole handshake")
+    p.add_argument("--idle-timeout", type=float, default=600.0,
+                   help="seconds a TCP writer or learner may go without completing a frame (0: never dropped)")
+    p.add_argument("--max-rings", type=int, default=64, help="shared-memory rings at most")
+    p.add_argument("--max-rings-per-client", type=int, default=4, help="shared-memory rings one client_id may hold")
 
 
 def _parse_leaf(text: str):
@@ -69,6 +78,24 @@ def build_schema(args):
     return Schema.from_example(example)
 
 
+def _read_secret(path):
+    """The shared secret from --secret-file (one trailing newline stripped) or $ECHORL_REPLAY_SECRET; never printed."""
+    from echo_rl.config import ConfigError
+    from echo_rl.distributed.protocol import secret_from_env
+
+    if path is None:
+        return secret_from_env()
+    try:
+        with open(path, "rb") as fh:
+            secret = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"--secret-file={path!r} cannot be read: {exc.strerror or exc}") from None
+    secret = secret[:-1] if secret.endswith(b"\n") else secret
+    if not secret:
+        raise ConfigError(f"--secret-file={path!r} is empty: it must hold the shared secret")
+    return secret
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
@@ -85,17 +112,29 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port={args.port} is invalid: must be in [0, 65535]")
     if args.metrics_every <= 0:
         raise ConfigError(f"--metrics-every={args.metrics_every} is invalid: must be > 0")
+    for flag, value, lo in (("--max-connections", args.max_connections, 1), ("--max-rings", args.max_rings, 0),
+                            ("--max-rings-per-client", args.max_rings_per_client, 0)):
+        if value < lo:
+            raise ConfigError(f"{flag}={value} is invalid: must be >= {lo}")
+    for flag, value in (("--handshake-timeout", args.handshake_timeout), ("--idle-timeout", args.idle_timeout)):
+        if not value >= 0 or (flag == "--handshake-timeout" and value == 0):
+            raise ConfigError(f"{flag}={value} is invalid: must be > 0" + (" (or 0: none)" if "idle" in flag else ""))
+    secret = _read_secret(args.secret_file)
     schema = build_schema(args)
     example = schema.unflatten([__import__("numpy").zeros(lf.shape, lf.dtype) for lf in schema.leaves])
     buffer = PrioritizedReplayBuffer(args.capacity, mode=args.sampling_mode, min_experiences=args.min_experiences,
                                      example=example, seed=args.seed)
     logger = JsonlLogger(args.metrics_jsonl).open() if args.metrics_jsonl else None
-    server = ReplayServer(buffer, args.host, args.port, shm_capacity=args.shm_capacity)
+    server = ReplayServer(buffer, args.host, args.port, shm_capacity=args.shm_capacity, secret=secret,
+                          max_connections=args.max_connections, handshake_timeout=args.handshake_timeout,
+                          idle_timeout=args.idle_timeout or None, max_rings=args.max_rings,
+                          max_rings_per_client=args.max_rings_per_client)
     try:
         server.start()
     except OSError as exc:
         raise ConfigError(f"--host/--port {args.host}:{args.port} cannot be bound: {exc.strerror or exc}") from None
-    print(f"echo-rl replay-server: listening on {args.host}:{server.port} (schema: {schema.describe()})", flush=True)
+    print(f"echo-rl replay-server: listening on {args.host}:{server.port} (schema: {schema.describe()}; "
+          f"{'shared-secret authentication' if secret else 'no authentication'})", flush=True)
     start = time.monotonic()
     step = 0
     try:

@@ -1,10 +1,11 @@
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from echo_rl.distributed import LearnerClient, ReplayClient
+from echo_rl.distributed import LearnerClient, ReplayClient, ReplayServerError
 
 
 def _cli(*args, **kw):
@@ -40,9 +41,34 @@ def test_replay_server_command_serves_writers_and_learners(tmp_path):
     (["--leaf", "obs:float32:0"], "shape must be positive"),
     ([], "--leaf NAME:DTYPE:SHAPE"),
     (["--leaf", "obs:float32:3", "--capacity", "0"], "--capacity=0 is invalid"),
+    (["--leaf", "obs:float32:3", "--max-connections", "0"], "--max-connections=0 is invalid: must be >= 1"),
+    (["--leaf", "obs:float32:3", "--idle-timeout", "-1"], "--idle-timeout=-1.0 is invalid: must be > 0 (or 0: none)"),
+    (["--leaf", "obs:float32:3", "--secret-file", "/nonexistent/secret"], "--secret-file='/nonexistent/secret' cannot"),
 ])
 def test_bad_arguments_give_one_line_errors(args, message):
     proc = _cli(*args, "--duration", "1")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_secret_file_makes_clients_authenticate(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("cli-secret-0123456789\n")
+    proc = _cli("--leaf", "obs:float32:3", "--port", "0", "--min-experiences", "1", "--duration", "6",
+                "--secret-file", str(secret), env={**os.environ, "ECHORL_REPLAY_SECRET": ""})
+    try:
+        line = proc.stdout.readline()
+        assert "shared-secret authentication" in line, line + proc.stderr.read()
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        ex = {"obs": np.zeros(3, np.float32)}
+        with pytest.raises(ReplayServerError, match="requires a shared secret"):
+            ReplayClient(("127.0.0.1", port), ex, transport="tcp", secret=None).connect()
+        with ReplayClient(("127.0.0.1", port), ex, transport="tcp", secret="cli-secret-0123456789") as c:
+            c.send({"obs": np.ones(3, np.float32)})
+            assert c.flush(wait=True, timeout=20)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "stored 1 samples" in out
+        assert "cli-secret" not in out + err
+    finally:
+        proc.kill()
