@@ -1,21 +1,25 @@
-"""A pooled sandbox worker: runs one Python snippet per request in a forked, limited child.
+"""A pooled sandbox worker: PID 1 of its own bubblewrap sandbox, one forked child per check.
 
-Started by ``echo_rl.environments.sandbox`` as ``python -I -S <this file>``
-(stdlib only, so it starts in milliseconds and never imports the package).
-Protocol: one JSON object per line on stdin ``{"code", "timeout", "memory_mb"}``;
-one JSON object per line on stdout ``{"status", "detail"}`` with status one of
-passed / failed (AssertionError) / error (another exception) / timeout /
-blocked (a guarded operation was attempted) / crashed (the child died).
+Started only by ``echo_rl.environments.sandbox`` as ``bwrap ... --as-pid-1 --
+python -I -S /sandbox/worker.py --uid U --gid G`` (stdlib only, never imports
+the package). It refuses to run unless it is PID 1 of a PID namespace, because
+it ends every check with ``kill(-1, SIGKILL)``: inside the namespace that kills
+every process of the check (setsid'd and re-parented ones included) and
+nothing else.
 
-Each request runs in a fresh child (fork of this small interpreter) that:
-gets its own process group, a temporary working directory, resource limits
-(address space, CPU seconds, file size, open files, processes), and Python-level
-guards that refuse process creation, signals, network sockets, native code
-loading and any file write outside its temporary directory. The worker kills
-the child's whole process group when the wall-clock timeout passes, and removes
-the temporary directory afterwards. This protects the host from runaway or
-careless code (loops, memory bombs, forks, stray writes); it is not a security
-boundary against deliberately hostile code — use a container for that.
+Protocol, one JSON object per line. On start, after dropping to the
+unprivileged uid: ``{"ready": true, "uid": U}``. Request on stdin
+``{"code", "timeout", "memory_mb", "result"}`` (``result``: an expression
+evaluated after ``code`` whose ``repr`` is sent back, or null). Reply on stdout
+``{"status", "detail", "value", "restart"}``; ``restart`` asks the host for a
+fresh worker (something of the check could not be cleaned up).
+
+The child's report travels on its own pipe (stdout and stderr are /dev/null),
+is capped in size, and must be exactly one JSON object carrying the run's
+random nonce, else the check is ``crashed``. This stops accidental output
+(prints, stray writes to inherited descriptors) from counting as a report; code
+running in the child can still write any report it likes, so a caller must
+never trust ``status`` or ``value`` for more than the code itself could claim.
 """
 
 import json
@@ -25,212 +29,221 @@ import select
 import shutil
 import signal
 import sys
-import tempfile
+import time
 
+STATUSES = ("passed", "failed", "error", "timeout", "crashed")
 FILE_SIZE_LIMIT = 1 << 20
 OPEN_FILES_LIMIT = 64
+MAX_REPORT_BYTES = 4 << 20
+MAX_DETAIL = 2000
+MAX_VALUE = 1_000_000
+SCRATCH = ("/tmp", "/dev/shm")
 
 
-class Blocked(BaseException):
-    """A guarded operation was attempted (BaseException: user code's `except Exception` cannot swallow it)."""
+def _drop_privileges(uid, gid):
+    """Become ``uid``/``gid`` for real (bwrap started as root keeps CAP_SETUID/SETGID only for this)."""
+    if os.getuid() != uid or os.getgid() != gid:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    if (os.getuid(), os.geteuid(), os.getgid(), os.getegid()) != (uid, uid, gid, gid):
+        raise SystemExit(f"sandbox worker: could not become uid {uid}")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        pass
+    else:
+        raise SystemExit("sandbox worker: could regain uid 0")
+    import ctypes
 
-
-def _blocked(name):
-    def refuse(*args, **kwargs):
-        raise Blocked(name)
-    return refuse
+    # Not dumpable: checks (same uid) can neither ptrace this worker nor open its /proc/1/mem or fds.
+    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise SystemExit("sandbox worker: prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def _apply_limits(timeout, memory_mb):
     cpu = max(1, int(timeout + 1))
     limits = [(resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT),
-              (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT)]
+              (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT), (resource.RLIMIT_CORE, 0),
+              (resource.RLIMIT_NPROC, 0)]  # holds: the uid is unprivileged outside the sandbox too
     if memory_mb:
         limits.append((resource.RLIMIT_AS, int(memory_mb) << 20))
-    if hasattr(resource, "RLIMIT_NPROC"):
-        limits.append((resource.RLIMIT_NPROC, 0))  # no effect for root; the fork guards still hold
     for which, value in limits:
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            pass
+        resource.setrlimit(which, (value, value))
 
 
-def _install_guards(workdir):
-    import builtins
-    import io
-    import _io
-    import os as _os
-    import posix
-
-    root = os.path.realpath(workdir)
-
-    def inside(path):
-        try:
-            path = os.fspath(path)
-        except TypeError:
-            return False
-        if isinstance(path, int):
-            return True  # an already open descriptor
-        if isinstance(path, bytes):
-            path = path.decode(errors="replace")
-        real = os.path.realpath(os.path.join(root, path))
-        return real == root or real.startswith(root + os.sep)
-
-    real_open = builtins.open
-
-    def guarded_open(file, mode="r", *args, **kwargs):
-        if any(c in mode for c in "wax+") and not inside(file):
-            raise Blocked(f"write to {file!r} outside the sandbox directory")
-        return real_open(file, mode, *args, **kwargs)
-
-    real_os_open = os.open
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-
-    def guarded_os_open(path, flags, *args, **kwargs):
-        if flags & write_flags and not inside(path):
-            raise Blocked(f"write to {path!r} outside the sandbox directory")
-        return real_os_open(path, flags, *args, **kwargs)
-
-    class GuardedFileIO(_io.FileIO):
-        def __init__(self, file, mode="r", *args, **kwargs):
-            if any(c in mode for c in "wax+") and not inside(file):
-                raise Blocked(f"write to {file!r} outside the sandbox directory")
-            super().__init__(file, mode, *args, **kwargs)
-
-    builtins.open = io.open = _io.open = guarded_open
-    io.FileIO = _io.FileIO = GuardedFileIO
-
-    def path_guard(name, real, nargs=1):
-        def guarded(*args, **kwargs):
-            for p in args[:nargs]:
-                if not inside(p):
-                    raise Blocked(f"os.{name}({p!r}) outside the sandbox directory")
-            return real(*args, **kwargs)
-        return guarded
-
-    for mod in (_os, posix):
-        if hasattr(mod, "open"):
-            mod.open = guarded_os_open
-        for name, nargs in (("remove", 1), ("unlink", 1), ("rmdir", 1), ("mkdir", 1), ("rename", 2),
-                            ("replace", 2), ("link", 2), ("symlink", 2), ("truncate", 1), ("chmod", 1),
-                            ("chown", 1), ("lchown", 1), ("mkfifo", 1), ("mknod", 1), ("utime", 1)):
-            if hasattr(mod, name):
-                setattr(mod, name, path_guard(name, getattr(mod, name), nargs))
-        for name in ("fork", "forkpty", "vfork", "system", "popen", "execv", "execve", "execl", "execle",
-                     "execlp", "execlpe", "execvp", "execvpe", "spawnv", "spawnve", "spawnl", "spawnle",
-                     "spawnlp", "spawnlpe", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "kill",
-                     "killpg", "setuid", "setgid", "seteuid", "setegid", "setreuid", "setregid", "setsid",
-                     "setpgid", "chdir", "fchdir", "chroot", "putenv", "unsetenv", "register_at_fork",
-                     "fchmod", "fchown", "ftruncate", "sched_setaffinity", "nice", "plock"):
-            if hasattr(mod, name):
-                setattr(mod, name, _blocked(f"os.{name}"))
-    for name in ("subprocess", "_posixsubprocess", "socket", "_socket", "ctypes", "_ctypes", "multiprocessing",
-                 "_multiprocessing", "signal", "_signal", "threading", "_thread", "resource", "pty",
-                 "shutil", "urllib.request", "http.client", "ftplib", "smtplib", "mmap", "fcntl"):
-        sys.modules[name] = None  # `import x` raises ImportError
-    sys.modules["os"] = _os
-
-
-def _child(code, timeout, memory_mb, workdir, wfd):
-    os.setpgid(0, 0)
-    os.chdir(workdir)
+def _child(req, nonce, wfd):
+    os.setsid()
+    os.chdir("/tmp")
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    status, detail = "passed", ""
+    os.closerange(3, wfd)
+    os.closerange(wfd + 1, 1 << 16)
+    status, detail, value = "passed", "", None
     try:
-        _apply_limits(timeout, memory_mb)
-        _install_guards(workdir)
-        compiled = compile(code, "<sandbox>", "exec")
-        exec(compiled, {"__name__": "__main__", "__builtins__": __builtins__})
+        _apply_limits(float(req["timeout"]), req.get("memory_mb"))
+        scope = {"__name__": "__main__", "__builtins__": __builtins__}
+        exec(compile(req["code"], "<sandbox>", "exec"), scope)
+        if req.get("result") is not None:
+            value = repr(eval(compile(req["result"], "<result>", "eval"), scope))
+            if len(value) > MAX_VALUE:
+                detail = f"the result's repr has {len(value)} characters (max {MAX_VALUE})"
+                status, value = "error", None
     except AssertionError as exc:
         status, detail = "failed", f"AssertionError: {exc}" if str(exc) else "AssertionError"
-    except Blocked as exc:
-        status, detail = "blocked", f"blocked: {exc}"
     except MemoryError:
         status, detail = "error", "MemoryError: the memory limit was reached"
     except RecursionError:
         status, detail = "error", "RecursionError: maximum recursion depth exceeded"
-    except BaseException as exc:  # noqa: BLE001 - any failure of user code is a result, not a crash
-        status, detail = "error", f"{type(exc).__name__}: {exc}"[:2000]
+    except BaseException as exc:  # noqa: BLE001 - any failure of the code is a result, not a crash
+        try:
+            status, detail = "error", f"{type(exc).__name__}: {exc}"
+        except BaseException:  # noqa: BLE001 - an exception whose str() fails
+            status, detail = "error", type(exc).__name__
     try:
-        payload = json.dumps({"status": status, "detail": detail}).encode()
-    except BaseException:  # noqa: BLE001
-        payload = json.dumps({"status": "error", "detail": "unreportable exception"}).encode()
-    try:
-        os.write(wfd, payload)
+        payload = json.dumps({"nonce": nonce, "status": status, "detail": detail[:MAX_DETAIL],
+                              "value": value}).encode()
+        while payload:
+            payload = payload[os.write(wfd, payload):]
     finally:
         os._exit(0)
 
 
-def run_one(code, timeout, memory_mb):
-    workdir = tempfile.mkdtemp(prefix="echo_rl_sandbox_")
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        os.close(rfd)
-        _child(code, timeout, memory_mb, workdir, wfd)
-    os.close(wfd)
-    chunks, timed_out = [], False
-    deadline = timeout
-    import time
-
-    end = time.monotonic() + deadline
+def _read_report(rfd, timeout):
+    chunks, size, end = [], 0, time.monotonic() + timeout
     while True:
         left = end - time.monotonic()
         if left <= 0:
-            timed_out = True
-            break
+            return None, True
         ready, _, _ = select.select([rfd], [], [], left)
         if not ready:
             continue
         data = os.read(rfd, 65536)
         if not data:
-            break
+            return b"".join(chunks), False
+        size += len(data)
+        if size > MAX_REPORT_BYTES:
+            return b"", False
         chunks.append(data)
-    os.close(rfd)
-    for target in (-pid, pid):  # the child's whole process group, then the child itself
+
+
+def _kill_all_but_me():
+    """SIGKILL every other process of the namespace, then reap them; returns the wait statuses by pid."""
+    statuses = {}
+    for _ in range(1000):
         try:
-            os.kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
             pass
-    _, wait_status = os.waitpid(pid, 0)
-    shutil.rmtree(workdir, ignore_errors=True)
-    if timed_out:
-        return {"status": "timeout", "detail": f"timed out after {timeout:g} s"}
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return statuses
+            if pid == 0:
+                break
+            statuses[pid] = status
+        time.sleep(0.001)
+    raise SystemExit("sandbox worker: processes of a check survive SIGKILL")
+
+
+def _clean_scratch():
+    """Empty the writable places; False if something could not be removed (the host then restarts us)."""
+    def force(func, path, _exc):
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+            func(path)
+        except OSError:
+            pass
+
+    clean = True
+    for root in SCRATCH:
+        try:
+            if os.stat(root).st_uid == os.getuid():
+                os.chmod(root, 0o1777)  # a check may have chmod'ed it
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, onerror=force)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        clean = clean and not os.listdir(root)
+    return clean
+
+
+def _parse_report(raw, nonce, wait_status):
     try:
-        return json.loads(b"".join(chunks).decode())
-    except ValueError:
-        sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
-        why = f"killed by signal {sig}" if sig else "exited without a result"
-        if sig == signal.SIGXCPU:
-            return {"status": "timeout", "detail": "CPU time limit reached"}
-        return {"status": "crashed", "detail": f"the sandboxed process {why} (memory or resource limit?)"}
+        report = json.loads(raw.decode())
+        ok = (isinstance(report, dict) and set(report) == {"nonce", "status", "detail", "value"}
+              and report["nonce"] == nonce and report["status"] in STATUSES
+              and isinstance(report["detail"], str) and (report["value"] is None or isinstance(report["value"], str)))
+    except (ValueError, UnicodeDecodeError):
+        ok = False
+    if ok:
+        return {"status": report["status"], "detail": report["detail"][:MAX_DETAIL], "value": report["value"]}
+    sig = os.WTERMSIG(wait_status) if wait_status is not None and os.WIFSIGNALED(wait_status) else None
+    if sig == signal.SIGXCPU:
+        return {"status": "timeout", "detail": "CPU time limit reached", "value": None}
+    why = f"was killed by signal {sig}" if sig else "gave no valid report"
+    return {"status": "crashed", "detail": f"the sandboxed process {why} (a resource limit?)", "value": None}
 
 
-# Modules snippets commonly use, imported before the guards hide the threading primitives they need.
-PRELOAD = ("string", "math", "re", "collections", "itertools", "functools", "operator", "copy", "heapq",
-           "bisect", "random", "datetime", "decimal", "fractions", "statistics", "typing", "json", "textwrap",
-           "unicodedata", "array", "numbers", "enum", "dataclasses", "contextlib", "calendar")
+def run_one(req):
+    timeout = float(req["timeout"])
+    nonce = os.urandom(16).hex()
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        _child(req, nonce, wfd)
+    os.close(wfd)
+    raw, timed_out = _read_report(rfd, timeout)
+    os.close(rfd)
+    if not timed_out:  # the report is in; let the child exit by itself (unreaped), its exit status matters
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            time.sleep(0.0005)
+    statuses = _kill_all_but_me()
+    restart = not _clean_scratch()
+    if timed_out:
+        result = {"status": "timeout", "detail": f"timed out after {timeout:g} s", "value": None}
+    else:
+        result = _parse_report(raw, nonce, statuses.get(pid))
+    result["restart"] = restart
+    return result
 
 
 def main():
-    import importlib
-
-    for name in PRELOAD:
+    args = sys.argv[1:]
+    uid, gid = int(args[args.index("--uid") + 1]), int(args[args.index("--gid") + 1])
+    if os.getpid() != 1:
+        raise SystemExit("sandbox worker: must run as PID 1 of its own PID namespace (bwrap --as-pid-1)")
+    _drop_privileges(uid, gid)
+    # As PID 1, only signals with a handler reach us from inside the namespace: install none (SIGINT too).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for name in ("string", "math", "re", "collections", "itertools", "functools", "operator", "copy", "heapq",
+                 "bisect", "random", "datetime", "decimal", "fractions", "statistics", "typing", "json",
+                 "textwrap", "unicodedata", "array", "numbers", "enum", "dataclasses", "contextlib", "calendar"):
         try:
-            importlib.import_module(name)
+            __import__(name)  # warm modules, so a check's imports cost nothing after the fork
         except ImportError:
             pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _clean_scratch()
+    sys.stdout.write(json.dumps({"ready": True, "uid": os.getuid()}) + "\n")
+    sys.stdout.flush()
     for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        result = run_one(req["code"], float(req["timeout"]), req.get("memory_mb"))
-        sys.stdout.write(json.dumps(result) + "\n")
-        sys.stdout.flush()
+        if line.strip():
+            sys.stdout.write(json.dumps(run_one(json.loads(line))) + "\n")
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -3,17 +3,26 @@
 The 800 real samples (``cruxeval.jsonl``: code, input, output, id). Task
 ``output`` (CRUXEval-O): given ``f`` and an input, answer the value of
 ``f(input)``. Task ``input`` (CRUXEval-I): given ``f`` and an output, answer a
-call ``f(...)`` (or just its arguments) with that output. An answer is correct
-when ``assert f(input) == output`` runs without error, executed in the pooled
-sandbox (:mod:`echo_rl.environments.sandbox`). As upstream: an O-answer that
-contains ``f(<input>)`` is rejected, and the answer is cut at ``==``.
+call ``f(...)`` (or just its arguments) with that output.
+
+Answers are data, never code: they are parsed with ``ast.literal_eval``
+(numbers, strings, bytes, booleans, None, and tuples, lists, dicts and sets of
+them); anything else is a warning, not a scored try. An O-answer is compared
+with the sample's output literal in this (trusted) process; nothing runs. For
+an I-answer only the sample's own ``f`` runs, in the OS-level sandbox
+(:mod:`echo_rl.environments.sandbox`), on the parsed literal arguments; the
+``repr`` of what it returned is parsed as a literal here and compared here.
+The sandbox's own "passed" is never taken as correctness, so an answer cannot
+win by forging a report or by an object whose ``__eq__`` always says yes.
+Upstream instead executes ``assert f(input) == answer`` with the answer as
+code; with literal answers the verdicts agree on all 800 references, except
+that two I-tasks (sample_344, sample_364) take a function argument, which no
+literal can express: they are unsolvable here.
 
 ``attempts=1`` is the benchmark (one answer, reward 1/0). ``attempts=k > 1`` is
-the multi-turn variant: a wrong answer is answered with its execution result
-(the exception; for the I-task also the value ``f`` returned) and the agent
-tries again, up to k times. An answer that does not parse as a Python
-expression gets a ``warning`` and costs a step but not a try; with
-``max_steps=attempts=1`` the episode scores exactly like upstream pass@1.
+the multi-turn variant: a wrong answer is answered with its result (for the
+I-task what ``f`` returned, or its exception) and the agent tries again, up to
+k times. With ``max_steps=attempts=1`` the episode scores like upstream pass@1.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from echo_rl.config import ConfigBase, spec
 from echo_rl.environments import registry
 from echo_rl.environments.base import (Segment, StepOutcome, TextEnvironment, data_dir_spec, env_output,
                                        make_config, max_steps_spec, resolve_data_dir, warning)
-from echo_rl.environments.sandbox import ExecResult, SandboxPool, shared_pool
+from echo_rl.environments.sandbox import ExecResult, SandboxPool, bwrap_command, shared_pool
 
 HOW_TO_GET = ("get cruxeval.jsonl from https://github.com/facebookresearch/cruxeval (data/cruxeval.jsonl) "
               "into <data_dir>/cruxeval.jsonl")
@@ -95,34 +104,150 @@ def extract_answer(text: str, task: str) -> str:
     return text.strip()
 
 
-def check_code(sample: dict, answer: str, task: str) -> str | None:
-    """The program whose clean run means the answer is right, or None if the answer is inadmissible."""
-    if task == "output":
-        if f"f({sample['input']})" in answer:
-            return None  # upstream: an output answer may not just call f on the input
-        return f"{sample['code']}\nassert f({sample['input']}) == {answer}"
-    call = answer if answer.startswith("f(") else f"f({answer})"
-    return (f"{sample['code']}\n__echo_result = {call}\n"
-            f"assert __echo_result == {sample['output']}, repr(__echo_result)[:300]")
+LITERALS = "a Python literal (numbers, strings, bytes, True/False/None, and tuples, lists, dicts, sets of them)"
+MAX_FEEDBACK = 300
 
 
-def _syntax_problem(answer: str) -> str:
-    """Parse (never run) the answer; a malformed one is a warning, not a used try."""
+def _parse(source: str) -> ast.expr:
     try:
-        ast.parse(answer, mode="eval")
+        return ast.parse(source, mode="eval").body
     except SyntaxError as exc:
-        return f"SyntaxError: {exc.msg}"
+        raise ValueError(f"not a Python expression (SyntaxError: {exc.msg})") from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        return type(exc).__name__
+        raise ValueError(f"not a Python expression ({type(exc).__name__})") from None
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        raise ValueError(f"not a literal: write {LITERALS}") from None
+
+
+def parse_literal(text: str) -> Any:
+    """The value a literal answer denotes; ValueError saying why it is not one. Never evaluates code."""
+    return _literal(_parse(text.strip()))
+
+
+def parse_arguments(answer: str) -> tuple[tuple, dict]:
+    """The literal arguments of an I-answer, ``f(1, 'a', k=[2])`` or ``1, 'a', k=[2]``; ValueError if not that."""
+    node = _parse(answer if answer.startswith("f(") else f"f({answer})")
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "f"):
+        raise ValueError(f"not a call f(...) whose arguments are each {LITERALS}")
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+        raise ValueError(f"*args and **kwargs are not allowed: write each argument as {LITERALS}")
+    return tuple(_literal(a) for a in node.args), {k.arg: _literal(k.value) for k in node.keywords}
+
+
+def call_source(args: tuple, kwargs: dict) -> str:
+    """``f(<repr of each argument>)``: parsed literals written back as literal source (repr round-trips them)."""
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"f({', '.join(parts)})"
+
+
+def answer_problem(answer: str, task: str) -> str:
+    """Why an answer is inadmissible (not a literal / not a call with literal arguments), or ""."""
+    try:
+        parse_literal(answer) if task == "output" else parse_arguments(answer)
+    except ValueError as exc:
+        return str(exc)
     return ""
 
 
-def reference_answer(sample: dict, task: str) -> str:
-    return sample["output"] if task == "output" else f"f({sample['input']})"
+def check_code(sample: dict, answer: str, task: str) -> str | None:
+    """Upstream's check program ``assert f(x) == y`` for a literal answer (None if not literal).
+
+    Only for timing comparisons with upstream's harness (benchmarks/env_bench.py); scoring never runs it.
+    """
+    try:
+        if task == "output":
+            return f"{sample['code']}\nassert f({sample['input']}) == {parse_literal(answer)!r}"
+        return f"{sample['code']}\nassert {call_source(*parse_arguments(answer))} == {sample['output']}"
+    except (ValueError, RecursionError):
+        return None
+
+
+def _same_as_output(sample: dict, value: Any) -> bool:
+    try:
+        return bool(value == parse_literal(sample["output"]))
+    except (ValueError, TypeError, RecursionError, MemoryError):
+        return False
+
+
+def _judge_run(sample: dict, run: ExecResult) -> ExecResult:
+    """Score what f returned (its repr parsed as a literal here), never the sandbox's own status."""
+    if run.status != "passed" or run.value is None:
+        return ExecResult("error" if run.status == "passed" else run.status, run.detail or "f returned nothing")
+    shown = f"f returned {run.value[:MAX_FEEDBACK]}"
+    try:
+        value = parse_literal(run.value)
+    except ValueError:
+        return ExecResult("failed", f"{shown}, which is not a literal", run.value)
+    return ExecResult("passed" if _same_as_output(sample, value) else "failed", shown, run.value)
+
+
+def _input_job(sample: dict, answer: str) -> tuple[str, str] | None:
+    """(code, result expression) for the sandbox, or None when the answer has no literal arguments."""
+    try:
+        return sample["code"], call_source(*parse_arguments(answer))
+    except (ValueError, RecursionError):
+        return None
+
+
+def check_answer(sample: dict, answer: str, task: str, pool: SandboxPool | None) -> ExecResult:
+    """Score one extracted answer: passed / failed, or error with the reason it is inadmissible."""
+    return score_extracted([sample], [answer], task, pool)[0]
+
+
+def score_extracted(samples: list[dict], answers: list[str], task: str,
+                    pool: SandboxPool | None) -> list[ExecResult]:
+    if task == "output":
+        out = []
+        for s, a in zip(samples, answers):
+            try:
+                value = parse_literal(a)
+            except ValueError as exc:
+                out.append(ExecResult("error", str(exc)))
+                continue
+            out.append(ExecResult("passed" if _same_as_output(s, value) else "failed"))
+        return out
+    jobs = [_input_job(s, a) for s, a in zip(samples, answers)]
+    runnable = [j for j in jobs if j is not None]
+    if runnable and pool is None:
+        raise ValueError("the CRUXEval input task runs f in the sandbox: pass a SandboxPool")
+    runs = iter(pool.run_many([c for c, _ in runnable], results=[e for _, e in runnable]) if runnable else [])
+    return [_judge_run(s, next(runs)) if j is not None else ExecResult("error", answer_problem(a, task))
+            for s, a, j in zip(samples, answers, jobs)]
+
+
+def score_answers(samples: list[dict], answers: list[str], task: str,
+                  pool: SandboxPool | None = None) -> list[ExecResult]:
+    """Score many raw answers at once (a full pass over the 800 samples; the I-task runs on ``pool``)."""
+    return score_extracted(samples, [extract_answer(a, task) for a in answers], task, pool)
+
+
+def reference_answer(sample: dict, task: str, pool: SandboxPool | None = None) -> str:
+    """The dataset's answer; for the I-task with literal arguments where the dataset wrote expressions.
+
+    Ten inputs are expressions (``dict(e=1)``, ``range(100, 120)``): with a ``pool`` they are evaluated
+    there (dataset code) and written back as literals (a range as a list). Two pass a lambda and stay.
+    """
+    if task == "output":
+        return sample["output"]
+    call = f"f({sample['input']})"
+    if pool is None or not answer_problem(call, "input"):
+        return call
+    as_data = f"tuple(list(a) if isinstance(a, range) else a for a in ({sample['input']},))"
+    run = pool.run(sample["code"], result=as_data)
+    try:
+        args = parse_literal(run.value) if run.passed and run.value else None
+    except ValueError:
+        args = None
+    return call_source(args, {}) if isinstance(args, tuple) else call
 
 
 class CRUXEvalEnvironment(TextEnvironment):
-    """One CRUXEval sample per episode; reward 1.0 when the answer's assert passes."""
+    """One CRUXEval sample per episode; reward 1.0 when the answer is right (see the module docstring)."""
 
     supports_snapshot = True
     has_expert = True
@@ -135,6 +260,8 @@ class CRUXEvalEnvironment(TextEnvironment):
         self.samples = [s for s in load_samples(config.data_dir) if limit is None or len(s["code"]) <= limit]
         self._pool = pool
         self._tries = 0
+        if config.task == "input" and pool is None:
+            bwrap_command()  # refuse now, naming how to install it, when the sandbox cannot exist here
 
     @property
     def pool(self) -> SandboxPool:
@@ -156,7 +283,7 @@ class CRUXEvalEnvironment(TextEnvironment):
     def _reset_task(self, index: int, options: dict) -> list[Segment]:
         self._tries = 0
         s, k = self.sample, self.config.attempts
-        tries = f" You have {k} tries; after a wrong one you see its execution result." if k > 1 else ""
+        tries = f" You have {k} tries; after a wrong one you see its result." if k > 1 else ""
         if self.config.task == "output":
             text = (f"Predict the output of the Python function f on the given input.{tries}\n\n```python\n"
                     f"{s['code']}\n```\n\nassert f({s['input']}) == ??\n\n"
@@ -164,19 +291,19 @@ class CRUXEvalEnvironment(TextEnvironment):
         else:
             text = (f"Find an input such that the Python function f returns the given output.{tries}\n\n```python\n"
                     f"{s['code']}\n```\n\nassert f(??) == {s['output']}\n\n"
-                    f"Answer with the call (e.g. [ANSWER]f(...)[/ANSWER]).")
+                    f"Answer with the call, its arguments written as literals (e.g. [ANSWER]f([1, 2], 'a')[/ANSWER]).")
         return env_output(text)
 
     def _step(self, action: str) -> StepOutcome:
-        answer = extract_answer(action, self.config.task)
+        task = self.config.task
+        answer = extract_answer(action, task)
         if not answer:
             return StepOutcome(warning("Empty answer: write the value (or the call f(...)) to check."))
-        why = _syntax_problem(answer)
+        why = answer_problem(answer, task)
         if why:
-            return StepOutcome(warning(f"Your answer is not a Python expression ({why}); try again."))
-        code = check_code(self.sample, answer, self.config.task)
-        result = (ExecResult("failed", "the answer calls f on the input itself (not allowed)")
-                  if code is None else self.pool.run(code))
+            what = "value" if task == "output" else "call f(...)"
+            return StepOutcome(warning(f"Your answer is not a {what} of literals ({why}); try again."))
+        result = check_answer(self.sample, answer, task, self.pool if task == "input" else None)
         self._tries += 1
         extra = {"exec_status": result.status}
         if result.passed:
@@ -184,21 +311,22 @@ class CRUXEvalEnvironment(TextEnvironment):
         left = self.config.attempts - self._tries
         msg = self._feedback(result)
         if left <= 0:
-            return StepOutcome(env_output(f"{msg}"), 0.0, True, False, extra)
+            return StepOutcome(env_output(msg), 0.0, True, False, extra)
         return StepOutcome(env_output(f"{msg} {left} {'try' if left == 1 else 'tries'} left."), 0.0, False,
                            False, extra)
 
     def _feedback(self, result: ExecResult) -> str:
+        if self.config.task == "output":
+            return "Incorrect."
+        detail = result.detail[:MAX_FEEDBACK]
         if result.status == "failed":
-            detail = result.detail.removeprefix("AssertionError").lstrip(": ")
-            if self.config.task == "input" and detail:
-                return f"Incorrect: f returned {detail}, not {self.sample['output']}."
-            return "Incorrect: the assertion failed."
-        return f"Incorrect: running the check gave {result.detail or result.status}."
+            return f"Incorrect: {detail}, not {self.sample['output'][:MAX_FEEDBACK]}."
+        return f"Incorrect: running f gave {detail or result.status}."
 
     def expert_action(self) -> str:
         """The reference answer (an oracle, for demonstrations and checks)."""
-        return reference_answer(self.sample, self.config.task)
+        pool = self.pool if self.config.task == "input" else None
+        return reference_answer(self.sample, self.config.task, pool)
 
     def snapshot(self) -> Any:
         return self._base_state(), self._tries
@@ -209,16 +337,7 @@ class CRUXEvalEnvironment(TextEnvironment):
         self._tries = tries
 
 
-def score_answers(samples: list[dict], answers: list[str], task: str, pool: SandboxPool) -> list[ExecResult]:
-    """Check many answers at once on the pool (a full pass over the 800 samples)."""
-    codes = [check_code(s, extract_answer(a, task), task) for s, a in zip(samples, answers)]
-    runnable = [c for c in codes if c is not None]
-    results = iter(pool.run_many(runnable))
-    bad = ExecResult("failed", "the answer calls f on the input itself (not allowed)")
-    return [next(results) if c is not None else bad for c in codes]
-
-
 registry.register_text_env("cruxeval", lambda **kw: CRUXEvalEnvironment(CRUXEvalConfig(**kw)))
 
-__all__ = ["CRUXEvalConfig", "CRUXEvalEnvironment", "load_samples", "extract_answer", "check_code",
-           "reference_answer", "score_answers"]
+__all__ = ["CRUXEvalConfig", "CRUXEvalEnvironment", "load_samples", "extract_answer", "parse_literal",
+           "parse_arguments", "answer_problem", "check_answer", "check_code", "reference_answer", "score_answers"]

@@ -1,15 +1,29 @@
-"""Pooled, limited execution of Python snippets (CRUXEval's ``assert f(x) == y`` checks).
+"""Pooled execution of untrusted Python snippets inside an OS-level (bubblewrap) sandbox.
 
-A :class:`SandboxPool` keeps ``workers`` small stdlib-only interpreters alive
-(``_sandbox_worker.py``); each check runs in a fresh fork of one of them with a
-wall-clock timeout, CPU/memory/file-size limits, a temporary working directory
-and guards against process creation, network and writes outside that directory
-(details and limits of the protection: ``_sandbox_worker``'s docstring). Forking
-a tiny warm interpreter costs about a millisecond, where upstream CRUXEval
-started a ``multiprocessing.Process`` plus a Manager per check.
+A :class:`SandboxPool` keeps ``workers`` sandboxes alive. Each is one
+``bwrap`` container whose PID 1 is a small stdlib-only interpreter
+(``_sandbox_worker.py``); every check runs in a fresh fork of it, so a check
+costs a fork, not an interpreter start. The boundary (docs/environments.md,
+"Sandbox") is the kernel's, not Python's:
 
-Nothing starts in the constructor; the pool starts on first use (or ``start()``)
-and stops on ``close()`` / context exit / interpreter exit.
+- a real unprivileged uid (65534): started as root, bwrap keeps only
+  CAP_SETUID/CAP_SETGID and the worker drops to it before any check runs;
+  started as a normal user, bwrap maps the user to 65534 in a user namespace;
+- new PID, network (loopback only), IPC and UTS namespaces: no host process is
+  visible or signalable, no host port reachable;
+- a private root: read-only /usr, /lib*, the Python prefix and the worker file;
+  a fresh /proc and /dev; the only writable places are a size-capped tmpfs
+  /tmp and /dev/shm, emptied after every check; no host file, /etc or $HOME;
+- a clean environment (``--clearenv``): no host variables, no API keys;
+- per check: rlimits on CPU, address space, file size, open files and
+  processes (RLIMIT_NPROC = 0 holds, as the uid is unprivileged), and, at the
+  end or on timeout, ``kill(-1, SIGKILL)`` from PID 1 removes every process of
+  the check, setsid'd or re-parented ones too.
+
+Where bubblewrap is missing or cannot create the namespaces the pool refuses
+(:class:`SandboxUnavailable`, saying how to install it); it never falls back to
+running code unconfined. Nothing starts in the constructor; the pool starts on
+first use (or ``start()``) and stops on ``close()`` / context exit / exit.
 """
 
 from __future__ import annotations
@@ -19,8 +33,10 @@ import json
 import os
 import queue
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -29,60 +45,135 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WORKER_FILE = Path(__file__).with_name("_sandbox_worker.py")
-STATUSES = ("passed", "failed", "error", "timeout", "blocked", "crashed")
+STATUSES = ("passed", "failed", "error", "timeout", "crashed")
+SANDBOX_UID = SANDBOX_GID = 65534  # nobody / nogroup
+SCRATCH_BYTES = 16 << 20  # size of the sandbox's /tmp and /dev/shm (tmpfs, so it is memory)
+START_TIMEOUT = 30.0
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install -y bubblewrap`, as root; Fedora: `dnf install "
+                "bubblewrap`; `make setup-test` does it when run as root) and allow user namespaces if not root")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The OS-level sandbox cannot run here; untrusted code is refused rather than run unconfined."""
 
 
 @dataclass(frozen=True)
 class ExecResult:
-    """Outcome of one snippet: ``passed`` is True only when it ran to the end without an exception."""
+    """Outcome of one snippet, as reported from inside the sandbox.
+
+    ``passed``: it ran to the end without an exception. ``value``: the ``repr``
+    of the requested result expression. Both come from the sandboxed code's
+    own process, so code that is itself untrusted can forge them; callers that
+    score untrusted code must not rely on them (CRUXEval only runs trusted
+    functions on literal arguments, and parses ``value`` as a literal).
+    """
 
     status: str
     detail: str = ""
+    value: str | None = None
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
 
+def bwrap_command(python: str | None = None) -> list[str]:
+    """The bubblewrap command line of one worker (raises SandboxUnavailable without ``bwrap``)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable(f"the code sandbox needs bubblewrap (`bwrap` is not on PATH): {INSTALL_HINT}")
+    python = os.path.realpath(python or sys.executable)
+    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+           "--as-pid-1", "--new-session", "--clearenv", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
+           "--setenv", "PATH", "/usr/bin:/bin", "--hostname", "sandbox"]
+    if os.geteuid() == 0:  # no user namespace: the worker becomes a real unprivileged uid itself
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        cmd += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--disable-userns"]
+    cmd += ["--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            cmd += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            cmd += ["--ro-bind", d, d]
+    for d in {os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(python))}:
+        if not (d + "/").startswith("/usr/"):
+            parents = [str(a) for a in reversed(Path(d).parents) if str(a) != "/"]
+            for a in parents:  # traversable by the sandbox uid even where the host's (e.g. /root) is not
+                cmd += ["--perms", "0755", "--dir", a]
+            cmd += ["--ro-bind", d, d]
+    cmd += ["--ro-bind", str(WORKER_FILE), "/sandbox/worker.py", "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/dev/shm",
+            "--chdir", "/tmp", "--info-fd", "{info_fd}", "--",
+            python, "-I", "-S", "/sandbox/worker.py", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+    return cmd
+
+
+def _read_line(stream, deadline: float) -> bytes:
+    fd = stream.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("sandbox worker did not answer")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            return stream.readline()
+
+
 class _Worker:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER_FILE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, start_new_session=True, cwd="/", close_fds=True)
+        self.stderr = tempfile.TemporaryFile()
+        info_r, info_w = os.pipe()
+        cmd = [str(info_w) if a == "{info_fd}" else a for a in bwrap_command()]
+        self.sandbox_pid: int | None = None
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                         start_new_session=True, cwd="/", close_fds=True, pass_fds=(info_w,),
+                                         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        finally:
+            os.close(info_w)
+        try:
+            with os.fdopen(info_r, "rb") as info:
+                self.sandbox_pid = json.loads(info.read() or b"{}").get("child-pid")
+            line = _read_line(self.proc.stdout, time.monotonic() + START_TIMEOUT)
+            hello = json.loads(line) if line else {}
+            if hello.get("ready") is not True or hello.get("uid") != SANDBOX_UID:
+                raise RuntimeError(f"unexpected greeting {line[:200]!r}")
+        except (OSError, ValueError, RuntimeError, TimeoutError) as exc:
+            self.stderr.seek(0)
+            why = self.stderr.read()[-2000:].decode(errors="replace").strip() or str(exc)
+            self.kill()
+            raise SandboxUnavailable(f"the bubblewrap sandbox did not start ({why}); {INSTALL_HINT}") from None
 
-    def run(self, code: str, timeout: float, memory_mb: int | None) -> ExecResult:
-        req = json.dumps({"code": code, "timeout": timeout, "memory_mb": memory_mb}) + "\n"
+    def run(self, code: str, timeout: float, memory_mb: int | None, result: str | None) -> tuple[ExecResult, bool]:
+        req = json.dumps({"code": code, "timeout": timeout, "memory_mb": memory_mb, "result": result}) + "\n"
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(req.encode())
         self.proc.stdin.flush()
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout + 10.0  # the worker enforces `timeout`; this is a backstop
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("sandbox worker did not answer")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                break
-        line = self.proc.stdout.readline()
+        line = _read_line(self.proc.stdout, time.monotonic() + timeout + 10.0)  # a backstop: the worker enforces it
         if not line:
             raise RuntimeError("sandbox worker exited")
         data = json.loads(line)
-        return ExecResult(data["status"], data.get("detail", ""))
+        return ExecResult(data["status"], data.get("detail", ""), data.get("value")), bool(data.get("restart"))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # PID 1 of the sandbox dies -> the kernel kills its whole PID namespace; then bwrap itself.
+        # The sandbox pid cannot have been reused while bwrap, its parent, has not exited and reaped it.
+        for pid in (self.sandbox_pid if self.proc.poll() is None else None, self.proc.pid):
+            if pid:
+                try:
+                    os.kill(pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        for stream in (self.proc.stdin, self.proc.stdout):
+        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
             if stream is not None:
                 try:
                     stream.close()
@@ -110,34 +201,46 @@ class SandboxPool:
     def start(self) -> "SandboxPool":
         with self._lock:
             if self._idle is None:
+                try:
+                    for _ in range(self.workers):
+                        self._all.append(_Worker())
+                except SandboxUnavailable:
+                    SandboxPool._shutdown(self._all)
+                    raise
                 self._idle = queue.Queue()
-                for _ in range(self.workers):
-                    w = _Worker()
-                    self._all.append(w)
+                for w in self._all:
                     self._idle.put(w)
         return self
 
-    def run(self, code: str, timeout: float | None = None) -> ExecResult:
+    def run(self, code: str, timeout: float | None = None, result: str | None = None) -> ExecResult:
+        """Run ``code``; with ``result``, also evaluate that expression and return its ``repr`` as ``value``."""
         self.start()
         assert self._idle is not None
         worker = self._idle.get()
+        restart = False
         try:
-            result = worker.run(code, timeout or self.timeout, self.memory_mb)
-        except (TimeoutError, RuntimeError, OSError, ValueError) as exc:
-            result = ExecResult("crashed", f"sandbox worker failed ({exc}); restarted")
-            worker = self._replace(worker)
-        if not worker.alive():
-            worker = self._replace(worker)
-        self._idle.put(worker)
-        return result
+            out, restart = worker.run(code, timeout or self.timeout, self.memory_mb, result)
+        except (TimeoutError, RuntimeError, OSError, ValueError, KeyError) as exc:
+            out = ExecResult("crashed", f"sandbox worker failed ({exc}); restarted")
+            restart = True
+        try:
+            if restart or not worker.alive():
+                worker = self._replace(worker)
+        finally:
+            self._idle.put(worker)
+        return out
 
-    def run_many(self, codes: list[str], timeout: float | None = None) -> list[ExecResult]:
+    def run_many(self, codes: list[str], timeout: float | None = None,
+                 results: list[str | None] | None = None) -> list[ExecResult]:
         """Run snippets concurrently on the pool; results in input order."""
         self.start()
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
-        return list(self._executor.map(lambda c: self.run(c, timeout), codes))
+        exprs = results if results is not None else [None] * len(codes)
+        if len(exprs) != len(codes):
+            raise ValueError(f"results has {len(exprs)} entries for {len(codes)} codes: must be equal")
+        return list(self._executor.map(lambda c, e: self.run(c, timeout, e), codes, exprs))
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.kill()

@@ -14,12 +14,16 @@ def pool():
         yield p
 
 
+# Two CRUXEval-I samples pass a lambda, which no literal answer can express (see the module docstring).
+NEEDS_A_FUNCTION = {"sample_344", "sample_364"}
+
+
 @pytest.mark.parametrize("task", ["output", "input"])
 def test_all_800_references_pass_and_wrong_answers_fail(task, pool, shared_data):
     samples = load_samples()
     assert len(samples) == 800
-    results = score_answers(samples, [reference_answer(s, task) for s in samples], task, pool)
-    assert [s["id"] for s, r in zip(samples, results) if not r.passed] == []
+    results = score_answers(samples, [reference_answer(s, task, pool) for s in samples], task, pool)
+    assert {s["id"] for s, r in zip(samples, results) if not r.passed} == (NEEDS_A_FUNCTION if task == "input" else set())
     if task == "output":
         wrong = [f"({s['output']}, 'wrong')" for s in samples]
     else:
@@ -30,39 +34,64 @@ def test_all_800_references_pass_and_wrong_answers_fail(task, pool, shared_data)
 
 def test_output_answer_that_calls_f_on_the_input_is_rejected(pool, shared_data):
     s = load_samples()[0]
-    [r] = score_answers([s], [f"f({s['input']})"], "output", pool)
-    assert not r.passed
+    [r] = score_answers([s], [f"f({s['input']})"], task="output", pool=pool)
+    assert not r.passed and "not a literal" in r.detail
 
 
-# A memory bomb on a loaded machine may hit the wall-clock limit before the memory limit: both stop it.
-MEMORY = ("error", "timeout", "crashed")
+ALWAYS_EQUAL = "type('A',(),{'__eq__':lambda s,o:True})()"
+FORGE = ("__import__('os').write(3, b'{\"status\":\"passed\"}') or __import__('os')._exit(0)")
+
+
+@pytest.mark.parametrize("task,answer", [
+    ("output", ALWAYS_EQUAL),
+    ("output", f"[ANSWER]{ALWAYS_EQUAL}[/ANSWER]"),
+    ("input", f"f(0) if 0 else {ALWAYS_EQUAL}"),
+    ("input", f"f({ALWAYS_EQUAL})"),
+    ("input", ALWAYS_EQUAL),
+    ("output", FORGE),
+    ("input", f"f({FORGE})"),
+    ("input", f"f(*[{ALWAYS_EQUAL}])"),
+    ("input", "f(**{'x': 1})"),
+    ("output", "[1, 2] + [3]"),
+])
+def test_reward_hacks_score_zero(task, answer, pool, shared_data):
+    samples = load_samples()[:20]
+    results = score_answers(samples, [answer] * len(samples), task, pool)
+    assert not any(r.passed for r in results)
+    env = CRUXEvalEnvironment(CRUXEvalConfig(task=task, max_steps=2), pool=pool)
+    for i in range(3):
+        env.reset(options={"task_index": i})
+        obs, reward, term, trunc, info = env.step(answer)
+        assert reward == 0.0 and info.get("exec_status") != "passed" and not info["won"], obs
+
+
+def test_input_answers_run_only_f_on_literals_and_its_result_is_judged_here(pool):
+    fake = json.dumps({"status": "passed", "detail": "", "value": "'secret'"}).encode()
+    forger = {"id": "x", "input": "1", "output": "'secret'", "code": (
+        "def f(x):\n    import os\n    for fd in range(3, 64):\n        try:\n"
+        f"            os.write(fd, {fake!r})\n        except OSError:\n            pass\n    os._exit(0)")}
+    liar = {"id": "y", "input": "1", "output": "1", "code": (
+        "def f(x):\n    return type('A', (), {'__eq__': lambda s, o: True, '__repr__': lambda s: 'A()'})()")}
+    string_arg = {"id": "z", "input": "''", "output": "0", "code": "def f(s):\n    return eval(s) if s else 1"}
+    [r1] = score_answers([forger], ["f(1)"], "input", pool)
+    [r2] = score_answers([liar], ["f(1)"], "input", pool)
+    [r3] = score_answers([string_arg], ["f('0')"], "input", pool)
+    assert (r1.status, r2.status) == ("crashed", "failed") and "not a literal" in r2.detail, (r1, r2)
+    assert r3.passed  # the literal string reached f as data; only f decides what to do with it
 
 
 @pytest.mark.parametrize("code,statuses", [
     ("while True:\n    pass", ("timeout",)),
     ("import time\ntime.sleep(60)", ("timeout",)),
     ("x = bytearray(8 * 1024 ** 3)", ("error",)),
-    ("chunks = []\nwhile True:\n    chunks.append(bytearray(10 ** 7))", MEMORY),
-    ("import os\nos.fork()", ("blocked",)),
-    ("import os\nos.system('true')", ("blocked",)),
-    ("try:\n    import os; os.fork()\nexcept Exception:\n    pass", ("blocked",)),
-    ("import subprocess", ("error",)),
-    ("import socket", ("error",)),
+    ("chunks = []\nwhile True:\n    chunks.append(bytearray(10 ** 7))", ("error", "timeout", "crashed")),
+    ("import os\nos.fork()", ("error",)),
     ("raise SystemExit(0)", ("error",)),
 ])
-def test_hostile_code_is_stopped_and_scored_as_failure(code, statuses, pool):
+def test_runaway_code_is_stopped_and_scored_as_failure(code, statuses, pool):
     r = pool.run(code)
     assert r.status in statuses and not r.passed, r
     assert pool.run("assert 1 + 1 == 2").passed  # the pool still works
-
-
-def test_writes_outside_the_temp_dir_are_blocked(pool, tmp_path):
-    target = tmp_path / "escaped.txt"
-    r = pool.run(f"open({str(target)!r}, 'w').write('x')")
-    assert r.status == "blocked" and not target.exists()
-    r = pool.run(f"import os\nos.remove({__file__!r})")
-    assert r.status == "blocked" and os.path.exists(__file__)
-    assert pool.run("open('inside.txt', 'w').write('x')\nassert open('inside.txt').read() == 'x'").passed
 
 
 def test_extract_answer_forms():
