@@ -38,6 +38,7 @@ WARNING = "warning"
 ROLES = (ENV_OUTPUT, WARNING)
 
 MAX_TEXT_LENGTH = 1_000_000
+TRUNCATION_MARKER = "\n[... {cut} characters cut: observations are at most {limit} characters]"
 
 
 class Segment(NamedTuple):
@@ -184,7 +185,7 @@ class TextEnvironment(gym.Env):
         self._won = False
         self._done = False
         self._started = True
-        segments = self._reset_task(index, options)
+        segments = fit_segments(self._reset_task(index, options), self.observation_space.max_length)
         return self._observe(segments), self._info(segments)
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
@@ -197,15 +198,16 @@ class TextEnvironment(gym.Env):
             outcome = self._non_text_action(action)
         else:
             outcome = self._step(action)
+        segments = fit_segments(outcome.segments, self.observation_space.max_length)
         self._steps += 1
         self._won = self._won or outcome.won
         terminated = bool(outcome.terminated)
         truncated = not terminated and (outcome.truncated or self._steps >= self.max_steps)
         self._done = terminated or truncated
-        info = self._info(outcome.segments)
+        info = self._info(segments)
         if outcome.extra:
             info.update(outcome.extra)
-        return self._observe(outcome.segments), float(outcome.reward), terminated, truncated, info
+        return self._observe(segments), float(outcome.reward), terminated, truncated, info
 
     def _non_text_action(self, action: Any) -> StepOutcome:
         return StepOutcome(warning(f"Actions are text; got {type(action).__name__}."))
@@ -238,6 +240,34 @@ class TextEnvironment(gym.Env):
     def _restore_base(self, state: dict) -> None:
         for k, v in state.items():
             setattr(self, k, v)
+
+
+def fit_segments(segments: list[Segment], limit: int) -> list[Segment]:
+    """Cut an observation longer than ``limit`` characters to exactly fit, ending it with a marker.
+
+    An observation must lie in the declared space (a task's error text can be
+    megabytes); the marker says how much was cut and takes the role of the
+    segment it ends, so role masks stay aligned with the text.
+    """
+    total = sum(len(seg.text) for seg in segments)
+    if total <= limit:
+        return segments
+    def marker(kept: int) -> str:
+        return TRUNCATION_MARKER.format(cut=total - kept, limit=limit)
+
+    keep = max(0, limit - len(marker(0)))
+    while keep + 1 + len(marker(keep + 1)) <= limit:  # the count may have fewer digits: fill exactly
+        keep += 1
+    end = marker(keep)[:limit - keep]
+    out: list[Segment] = []
+    for seg in segments:
+        if len(seg.text) < keep:
+            out.append(seg)
+            keep -= len(seg.text)
+            continue
+        out.append(Segment(seg.role, seg.text[:keep] + end))
+        break
+    return out
 
 
 def max_steps_spec(default: int) -> Any:
