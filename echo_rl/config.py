@@ -275,7 +275,9 @@ class BandwidthConfig(ConfigBase):
     """Bandwidth accounting and scheduling (``echo_rl.core.bandwidth``)."""
 
     scale: float = spec(1.0, help="cost scale in b(s_1:t) = scale * t(t+1)/2", gt=0)
-    epsilon: float = spec(1e-6, help="epsilon in priority = r / (b_eff + q + eps)", gt=0)
+    epsilon: float = spec(1e-6, help="epsilon in priority = r / (w*b_eff + q + eps)", gt=0)
+    bandwidth_weight: float = spec(1.0, help="w: weight of b_eff in the scheduler's priority denominator "
+                                             "(0: rank by reward per queueing cost alone)", min=0)
     pg_loss_weight: float = spec(1.0, help="w in eta_bw's denominator term w*|l_PG|", min=0)
 
 

@@ -7,6 +7,8 @@ product's): ``effective_bandwidth_cost(seq_len=128, reuse_len=96)`` =
 is the queueing cost in bandwidth units: the b_eff of the requests waiting ahead
 (``echo_rl.kernels.bandwidth.queue_costs``, the engine's definition too). A run
 is judged by ``eta_bw = E[sum r] / (E[sum b_eff] + E_B[w * |l_PG|])``.
+``BandwidthConfig.bandwidth_weight`` weights b_eff in the scheduler's
+priority, ``r / (bandwidth_weight * b_eff + q + eps)``.
 
 The arithmetic lives in :mod:`echo_rl.kernels.bandwidth`; this module keeps
 the running totals and the product-facing names (seq_len / reuse_len).
@@ -21,8 +23,19 @@ import numpy as np
 from echo_rl.config import BandwidthConfig, ConfigError
 from echo_rl.kernels import bandwidth as K
 
-__all__ = ["BandwidthConfig", "BandwidthEfficiencyTracker", "BandwidthAwareScheduler",
+__all__ = ["BandwidthConfig", "BandwidthEfficiencyTracker", "BandwidthAwareScheduler", "BandwidthMetrics",
            "attention_bandwidth_cost", "effective_bandwidth_cost"]
+
+
+class BandwidthMetrics(dict):
+    """A tracker snapshot: a flat ``dict[str, float]`` (the metrics contract) whose keys also read as
+    attributes, so ``metrics.eta_bw`` and ``metrics["eta_bw"]`` are the same number."""
+
+    def __getattr__(self, name: str) -> float:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no bandwidth metric {name!r}; have: {', '.join(self)}") from None
 
 
 def _check_lengths(seq_len, reuse_len) -> None:
@@ -51,8 +64,11 @@ class BandwidthEfficiencyTracker:
     """Running bandwidth totals of a run and its live ``eta_bw``.
 
     Rollout steps accumulate into the current episode; ``episode_end=True`` (or
-    :meth:`end_episode`) closes it. eta_bw averages over *finished* episodes, so
-    it is NaN until one has finished.
+    :meth:`end_episode`) closes it. eta_bw averages over *finished* episodes;
+    before the first one ends it is the ratio over the steps so far (the open
+    episode), and NaN only while nothing at all has been recorded. Every
+    episode end must reach the tracker (a step cap, a context cap, a win):
+    an episode that is never closed is never counted.
     """
 
     def __init__(self, config: BandwidthConfig | None = None):
@@ -103,17 +119,19 @@ class BandwidthEfficiencyTracker:
         self._pg_losses.append(float(weighted_pg_loss))
 
     def eta_bw(self) -> float:
-        if not self._episode_rewards:
-            return float("nan")
+        rewards, bandwidth = self._episode_rewards, self._episode_bandwidth
+        if not rewards:
+            if not self.steps:
+                return float("nan")
+            rewards, bandwidth = [self._cur_reward], [self._cur_bw]  # the open episode so far
         try:
-            return K.bandwidth_efficiency(self._episode_rewards, self._episode_bandwidth,
-                                          self._pg_losses or None, self.config.pg_loss_weight)
+            return K.bandwidth_efficiency(rewards, bandwidth, self._pg_losses or None, self.config.pg_loss_weight)
         except ValueError:  # nothing spent yet: the ratio is undefined
             return float("nan")
 
-    def snapshot(self) -> dict[str, float]:
+    def snapshot(self) -> BandwidthMetrics:
         saved = self.total_bandwidth - self.effective_bandwidth
-        return {
+        return BandwidthMetrics({
             "eta_bw": self.eta_bw(),
             "total_bandwidth": self.total_bandwidth,
             "effective_bandwidth": self.effective_bandwidth,
@@ -124,11 +142,13 @@ class BandwidthEfficiencyTracker:
             "steps": float(self.steps),
             "learner_updates": float(len(self._pg_losses)),
             "mean_episode_reward": float(np.mean(self._episode_rewards)) if self._episode_rewards else float("nan"),
-        }
+        })
 
 
 class BandwidthAwareScheduler:
-    """Ranks requests by ``priority = r / (b_eff + q + eps)``: expected reward per unit of bandwidth.
+    """Ranks requests by ``priority = r / (w * b_eff + q + eps)``: expected reward per unit of bandwidth.
+
+    ``w`` is ``BandwidthConfig.bandwidth_weight`` (1: the engine's rule; 0: b_eff is ignored).
 
     ``queue_time`` is q in bandwidth units (not seconds: seconds do not add to b_eff). Pass ``None``
     for requests given in arrival order and q is the b_eff waiting ahead of each, as in the engine.
@@ -151,7 +171,8 @@ class BandwidthAwareScheduler:
         if queue_times is None:
             queue_times = K.queue_costs(b_eff)
         try:
-            return K.bandwidth_aware_priorities(rewards, b_eff, queue_times, self.config.epsilon)
+            return K.bandwidth_aware_priorities(rewards, self.config.bandwidth_weight * np.asarray(b_eff, float),
+                                                queue_times, self.config.epsilon)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 

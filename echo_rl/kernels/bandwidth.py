@@ -38,11 +38,16 @@ def attention_bandwidth_cost_batch(t, scale: float = 1.0) -> np.ndarray:
     return _check_scale(scale) * arr * (arr + 1.0) / 2.0
 
 
-def effective_bandwidth_cost(t, t_prefix, scale: float = 1.0):
+def effective_bandwidth_cost(t=None, t_prefix=None, scale: float = 1.0, *, seq_len=None, reuse_len=None):
     """``b(t) - b(t')``: the cost left after reusing a cached prefix of length ``t' <= t``.
 
-    Scalars give a float; arrays broadcast and give float64 arrays.
+    Scalars give a float; arrays broadcast and give float64 arrays. ``seq_len`` /
+    ``reuse_len`` are the product's keyword names for ``t`` / ``t_prefix``
+    (``effective_bandwidth_cost(seq_len=128, reuse_len=96)`` = 3600); ``t_prefix``
+    defaults to 0 (nothing reused).
     """
+    t = _one_of("t", t, "seq_len", seq_len)
+    t_prefix = _one_of("t_prefix", t_prefix, "reuse_len", reuse_len, default=0)
     tt = attention_bandwidth_cost_batch(t, scale)
     tp = attention_bandwidth_cost_batch(t_prefix, scale)
     t_arr, p_arr = np.broadcast_arrays(as_float_array(t, "t"), as_float_array(t_prefix, "t_prefix"))
@@ -52,6 +57,18 @@ def effective_bandwidth_cost(t, t_prefix, scale: float = 1.0):
                          f"({t_arr.ravel()[bad]!r})")
     out = tt - tp
     return float(out) if np.ndim(out) == 0 else out
+
+
+def _one_of(name: str, value, alias: str, alias_value, default=None):
+    """The value given under either of a parameter's two names (never both)."""
+    if value is not None and alias_value is not None:
+        raise TypeError(f"pass {name} or {alias}, not both")
+    out = value if value is not None else alias_value
+    if out is None:
+        if default is None:
+            raise TypeError(f"missing argument: {alias} (or {name})")
+        return default
+    return out
 
 
 def bandwidth_aware_priorities(rewards, b_eff, queue, eps: float = 1e-6) -> np.ndarray:

@@ -104,10 +104,33 @@ class PrioritizedReplayBuffer:
     else the first add does), ``seed``, ``use_native`` (None auto, False numpy, True compiled).
     """
 
-    def __init__(self, capacity: int, *, mode: str = "proportional", alpha: float = 0.6,
+    def __init__(self, capacity: int | None = None, *, mode: str = "proportional", alpha: float = 0.6,
                  beta: float = 0.4, temperature: float = 1.0, priority_epsilon: float = 1e-6,
                  min_experiences: int = 1, example: Any = None, seed: int | None = None,
-                 use_native: bool | None = None, surprise: SurpriseCalculator | None = None):
+                 use_native: bool | None = None, surprise: SurpriseCalculator | None = None,
+                 config: Any = None):
+        """``config=ReplayConfig(...)`` (the product's form) takes the capacity and every sampling
+        parameter from the config, as :meth:`from_config`; then pass none of them here."""
+        if config is not None:
+            from echo_rl.config import ReplayConfig
+
+            if not isinstance(config, ReplayConfig):
+                raise TypeError(f"config must be a ReplayConfig, got {type(config).__name__}")
+            given = {k: v for k, v, d in (("capacity", capacity, None), ("mode", mode, "proportional"),
+                                          ("alpha", alpha, 0.6), ("beta", beta, 0.4),
+                                          ("temperature", temperature, 1.0),
+                                          ("priority_epsilon", priority_epsilon, 1e-6),
+                                          ("min_experiences", min_experiences, 1)) if v != d}
+            if given:
+                raise ValueError(f"pass config or {', '.join(given)}, not both (the config sets them)")
+            capacity = min(config.hot_buffer_size + config.cold_buffer_size, config.max_replay_age)
+            mode, alpha, beta = config.sampling_mode, config.priority_alpha, config.importance_sampling_beta
+            temperature, priority_epsilon = config.temperature, config.priority_epsilon
+            min_experiences = config.min_experiences
+            surprise = surprise if surprise is not None else SurpriseCalculator.from_config(config)
+        elif capacity is None:
+            raise ValueError("PrioritizedReplayBuffer needs capacity (an integer >= 1) or config=ReplayConfig(...)")
+        self.config = config
         capacity = _check_int("capacity", capacity, 1)
         self._init(region_lengths=[capacity], region_ratios=[1.0], mode=mode, alpha=alpha, beta=beta,
                    temperature=temperature, priority_epsilon=priority_epsilon,
@@ -118,12 +141,7 @@ class PrioritizedReplayBuffer:
     def from_config(cls, config, *, example: Any = None, seed: int | None = None,
                     use_native: bool | None = None) -> "PrioritizedReplayBuffer":
         """One ring holding every sample younger than ``max_replay_age`` (no hot/cold split)."""
-        cap = min(config.hot_buffer_size + config.cold_buffer_size, config.max_replay_age)
-        return cls(cap, mode=config.sampling_mode, alpha=config.priority_alpha,
-                   beta=config.importance_sampling_beta, temperature=config.temperature,
-                   priority_epsilon=config.priority_epsilon, min_experiences=config.min_experiences,
-                   example=example, seed=seed, use_native=use_native,
-                   surprise=SurpriseCalculator.from_config(config))
+        return cls(config=config, example=example, seed=seed, use_native=use_native)
 
     # ------------------------------------------------------------------ setup
     def _init(self, *, region_lengths, region_ratios, mode, alpha, beta, temperature, priority_epsilon,

@@ -170,14 +170,15 @@ class LMRolloutWorker:
             t_env += time.perf_counter() - t0
             won = bool(info.get("won", False))
             if cfg.action_mode == "generate":  # feeds eta_bw: the turn's reward against its uncached prefill
-                self.engine.bandwidth_tracker.record_rollout_step(
-                    reward, res.prompt_length, res.cached_length, episode_end=bool(terminated or trunc))
+                self.engine.bandwidth_tracker.record_rollout_step(reward, res.prompt_length, res.cached_length)
             b.add_observation(info["segments"], reward)
             if terminated or trunc:
                 truncated = bool(trunc)
                 break
         else:
             truncated = True
+        if cfg.action_mode == "generate":  # every end (done, turn cap, full context) closes eta_bw's episode
+            self.engine.bandwidth_tracker.end_episode()
         extra = {} if ep_plan is None else {"plan_eps": ep_plan.eps}
         traj = b.finish(won=won, truncated=truncated, actions=list(b.turn_texts),
                         truncated_observations=b.truncated_observations, history=list(b.history),
