@@ -443,6 +443,10 @@ class TrainingConfig(ConfigBase):
     checkpoint_dir: str = spec("checkpoints", help="checkpoint folder (relative paths are inside the run dir)")
     results_dir: str = spec("runs", help="parent folder of run directories when no run dir is given")
     tensorboard_dir: str = spec("tensorboard", help="TensorBoard folder (relative paths are inside the run dir)")
+    loggers: list = spec(default_factory=lambda: ["tensorboard"], help="where metric rows go besides metrics.jsonl: "
+                         "tensorboard, wandb, mlflow (wandb/mlflow: pip install 'echo-rl[tracking]')")
+    tracking: dict = spec(default_factory=dict, help="logger options: wandb_project, wandb_entity, wandb_mode, "
+                          "wandb_tags, mlflow_tracking_uri, mlflow_experiment (echo_rl.utils.tracking)")
     planning_config: PlanningConfig = spec(default_factory=PlanningConfig, help="latent planning")
     execution_config: ExecutionConfig = spec(default_factory=ExecutionConfig, help="execution engine")
     replay_config: ReplayConfig = spec(default_factory=ReplayConfig, help="prioritized replay")
@@ -461,9 +465,11 @@ class TrainingConfig(ConfigBase):
     def validate(self) -> None:
         from echo_rl.environments.registry import check_task_name
         from echo_rl.training.agents import check_agent_name
+        from echo_rl.utils.tracking import check_loggers
 
         check_task_name(self.env_name)
         check_agent_name(self.agent)
+        check_loggers(self.loggers, self.tracking)
         if self.text_task:
             self._validate_text()
         if not (self.device == "cpu" or self.device == "mps" or self.device.startswith("cuda")):

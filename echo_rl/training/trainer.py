@@ -34,7 +34,8 @@ from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.training.agents import agent_class
 from echo_rl.training.progress import TrainingProgress
 from echo_rl.training.run_dir import RunDirectory, default_run_dir
-from echo_rl.utils.monitoring import JsonlLogger, TensorBoardLogger
+from echo_rl.utils.monitoring import JsonlLogger
+from echo_rl.utils.tracking import open_loggers
 
 EVAL_SEED_OFFSET = 1_000_000
 
@@ -79,7 +80,13 @@ class EchoRLTrainer:
         start_step = self._setup(device)
         metrics_log = JsonlLogger(self.run.metrics_path).open(truncate_after_step=start_step if self.resume else -1)
         timings_log = JsonlLogger(self.run.timings_path).open(truncate_after_step=start_step if self.resume else -1)
-        tb = TensorBoardLogger(self.run.tensorboard_dir)
+        try:
+            tb = open_loggers(cfg, self.run)  # TensorBoard / W&B / MLflow, as cfg.loggers selects
+        except BaseException:  # e.g. W&B without a key: release what _setup opened
+            metrics_log.close()
+            timings_log.close()
+            await _maybe_await(self.agent.close())
+            raise
         agent = self.agent
         target = math.ceil(cfg.total_timesteps / cfg.steps_per_update) * cfg.steps_per_update
         progress = TrainingProgress(target, start_step, enabled=self.show_progress)
@@ -95,6 +102,7 @@ class EchoRLTrainer:
             if start_step == 0 and getattr(agent, "evaluate_at_start", False):
                 last_eval = await self.aevaluate()
                 metrics_log.log({"train/updates": 0.0, **{f"eval/{k}": v for k, v in last_eval.items()}}, 0)
+                tb.log({f"eval/{k}": v for k, v in last_eval.items()}, 0)
                 history.append({"step": 0, **last_eval})
             with progress:
                 while not self._finished(target) and not self._stop:
