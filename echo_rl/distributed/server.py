@@ -17,6 +17,8 @@ Exactly-once: each writer stream (a random id per ``ReplayClient``) has a next e
 number that survives reconnects; a sample is added only when its seq is the expected one, resends
 of stored seqs are skipped, and a gap closes the connection. An ACK is sent only after the add.
 
+The TCP read loop lives in :mod:`tcp_ingest`.
+
 Limits (:mod:`limits`): a connection cap (over it: a retryable ERROR, no thread), a whole-handshake
 deadline, an idle timeout (a TCP writer or learner must complete a frame every ``idle_timeout``
 seconds: idle peers and slow-loris partial frames are dropped), receive buffers that grow only as
@@ -40,7 +42,6 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,44 +49,11 @@ from echo_rl.core.replay.buffer import Batch
 from echo_rl.distributed import protocol as P
 from echo_rl.distributed.limits import Closed as _Closed
 from echo_rl.distributed.limits import Refuser, ServerLimits, Timeout, bind_warning, recv_exact
+from echo_rl.distributed.tcp_ingest import ClientStats, Stream, read_stream
 from echo_rl.distributed.shm_ring import SHM_DIR, Backoff, RingReader, ShmRing
 
 log = logging.getLogger("echo_rl.replay_server")
 
-_RECV_START = 1 << 16  # a TCP connection's receive buffer starts at 64 KiB ...
-_RECV_CHUNK = 1 << 22  # ... and doubles while reads fill it, up to 4 MiB
-
-
-@dataclass
-class _Stream:
-    """Per writer-stream state that survives reconnects: the next expected sequence number."""
-
-    client_id: str
-    next_seq: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    conn: socket.socket | None = None
-
-
-@dataclass
-class _ClientStats:
-    samples: int = 0
-    frames: int = 0
-    bytes: int = 0
-    duplicates: int = 0
-    connections: int = 0
-    window_start: float = field(default_factory=time.monotonic)
-    window_samples: int = 0
-    rate: float = 0.0
-
-    def note(self, n: int, nbytes: int) -> None:
-        self.samples += n
-        self.bytes += nbytes
-        self.window_samples += n
-        now = time.monotonic()
-        dt = now - self.window_start
-        if dt >= 1.0:
-            self.rate = self.window_samples / dt
-            self.window_start, self.window_samples = now, 0
 
 
 class ReplayServer:
@@ -127,7 +95,7 @@ class ReplayServer:
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
         self._streams: dict[str, _Stream] = {}
-        self._stats: dict[str, _ClientStats] = {}
+        self._stats: dict[str, ClientStats] = {}
         self._rings: dict[int, tuple[RingReader, str]] = {}
         self._ring_gone: set[int] = set()
         self._segments: set[str] = set()  # every /dev/shm segment this server created (removed on close)
@@ -299,7 +267,7 @@ class ReplayServer:
         return None if s is None else s.next_seq
 
     # ------------------------------------------------------------ internals
-    def _store(self, records: np.ndarray, stats: _ClientStats | None) -> None:
+    def _store(self, records: np.ndarray, stats: ClientStats | None) -> None:
         self.buffer.add(P.records_to_tree(self.schema, records))
         if stats is not None:
             stats.note(len(records), records.nbytes)
@@ -311,7 +279,7 @@ class ReplayServer:
             with self._ready:
                 self._ready.notify_all()
 
-    def _store_runs(self, runs: list, stats: _ClientStats) -> None:
+    def _store_runs(self, runs: list, stats: ClientStats) -> None:
         """One buffer.add for several runs of records (the per-call cost of add dwarfs a small copy)."""
         self._store(runs[0] if len(runs) == 1 else np.concatenate(runs), stats)
 
@@ -377,7 +345,7 @@ class ReplayServer:
             if not isinstance(stream, str) or not 0 < len(stream) <= 64:
                 raise P.ProtocolError(f"stream={P.short(stream)} is invalid: must be a non-empty string of <= 64 chars")
             conn.settimeout(None)
-            stats = self._stats.setdefault(cid, _ClientStats())
+            stats = self._stats.setdefault(cid, ClientStats())
             stats.connections += 1
             if role == "learner":
                 self._serve_learner(conn)
@@ -422,7 +390,7 @@ class ReplayServer:
         with self._lock:
             st = self._streams.get(stream_id)
             if st is None:
-                st = self._streams[stream_id] = _Stream(cid, client_next)
+                st = self._streams[stream_id] = Stream(cid, client_next)
             old = st.conn
         if old is not None:  # a reconnect while the old connection lingers: it must stop first
             _shutdown(old)
@@ -434,126 +402,13 @@ class ReplayServer:
                 raise P.ProtocolError(f"next_seq={client_next} is ahead of the server's {st.next_seq} for this stream")
             conn.sendall(P.json_frame(P.WELCOME, {"version": P.PROTOCOL_VERSION, "record_size": self.rec.itemsize},
                                       seq=st.next_seq))
-            self._tcp_loop(conn, st, stats)
+            read_stream(self, conn, st, stats)
         finally:
             if st.conn is conn:
                 st.conn = None
             st.lock.release()
 
-    def _tcp_loop(self, conn: socket.socket, st: _Stream, stats: _ClientStats) -> None:
-        """Read chunks, store every complete record, ACK once per chunk.
-
-        Memory follows the bytes received, not the counts announced: the buffer starts at 64 KiB and
-        doubles only while reads fill it (up to max(4 MiB, 4 frames)); a multi-record DATA frame is
-        stored record by record as its bytes arrive (``left`` records to go, next seq ``fseq``), so
-        nothing beyond one partial record or header is ever carried over."""
-        rsz = self.rec.itemsize
-        fsz = self.frame.itemsize
-        cap = max(_RECV_CHUNK, 4 * fsz)
-        buf = bytearray(min(cap, max(_RECV_START, 4 * fsz)))
-        view = memoryview(buf)
-        end = 0
-        left = fseq = 0
-        max_run = self.max_run
-        idle = self.limits.idle_timeout
-        deadline = None if idle is None else time.monotonic() + idle
-        while True:
-            if deadline is not None:
-                conn.settimeout(max(1e-3, deadline - time.monotonic()))
-            try:
-                got = conn.recv_into(view[end:])
-            except (TimeoutError, socket.timeout):
-                raise Timeout(f"no complete frame in {idle:g}s (idle_timeout)") from None
-            if got == 0:
-                raise _Closed()
-            full = end + got == len(buf)
-            end += got
-            pos = 0
-            runs: list[np.ndarray] = []  # record views into buf, stored before buf is reused
-            nrun = 0
-            acked = False
-            while True:
-                if nrun >= max_run:
-                    self._store_runs(runs, stats)
-                    runs.clear()
-                    nrun, acked = 0, True
-                if left:  # inside a multi-record frame: take the whole records that are here
-                    k = min(left, (end - pos) // rsz)
-                    if k == 0:
-                        break
-                    skip = min(st.next_seq - fseq, k)  # >= 0: checked at the frame's header
-                    if skip < k:
-                        runs.append(np.frombuffer(buf, dtype=self.rec, count=k - skip, offset=pos + skip * rsz))
-                        nrun += k - skip
-                        st.next_seq = fseq + k
-                    stats.duplicates += skip
-                    pos += k * rsz
-                    left -= k
-                    fseq += k
-                    continue
-                if end - pos < P.HEADER_SIZE:
-                    break
-                ftype, _, count, seq = P.unpack_header(buf, pos)
-                if ftype == P.BYE:
-                    if runs:
-                        self._store_runs(runs, stats)
-                    if runs or acked:
-                        conn.sendall(P.pack_header(P.ACK, 0, st.next_seq))
-                    raise _Closed()
-                if ftype != P.DATA:
-                    raise P.ProtocolError(f"unexpected {P.TYPE_NAMES[ftype]} frame from a writer")
-                if not 0 < count <= P.MAX_FRAME_SAMPLES:
-                    raise P.ProtocolError(f"DATA frame count={count} is invalid: must be in [1, {P.MAX_FRAME_SAMPLES}]")
-                if seq > st.next_seq:
-                    raise P.ProtocolError(f"sequence gap: expected {st.next_seq}, got {seq}")
-                if count > 1:
-                    stats.frames += 1
-                    left, fseq = count, seq
-                    pos += P.HEADER_SIZE
-                    continue
-                k = min((end - pos) // fsz, max_run)
-                if k == 0:
-                    break
-                frames = np.frombuffer(buf, dtype=self.frame, count=k, offset=pos)
-                h = frames["h"]
-                ok = (h["magic"] == P.MAGIC) & (h["type"] == P.DATA) & (h["count"] == 1)
-                if not ok.all():
-                    k = int(np.argmin(ok))  # >= 1: the first frame was checked above
-                seqs = h["seq"][:k]
-                skip = int(np.searchsorted(seqs, st.next_seq)) if seqs[0] < st.next_seq else 0
-                if skip < k:
-                    want = st.next_seq + np.arange(k - skip, dtype=np.uint64)
-                    if not np.array_equal(seqs[skip:], want):
-                        bad = skip + int(np.argmin(seqs[skip:] == want))
-                        raise P.ProtocolError(f"sequence gap: expected {st.next_seq + bad - skip}, "
-                                              f"got {int(seqs[bad])}")
-                    runs.append(frames["r"][skip:k])
-                    nrun += k - skip
-                    st.next_seq += k - skip
-                stats.frames += k
-                stats.duplicates += skip
-                del frames, h, seqs
-                pos += k * fsz
-            if runs:
-                self._store_runs(runs, stats)
-                runs.clear()
-                acked = True
-            if acked:
-                conn.sendall(P.pack_header(P.ACK, 0, st.next_seq))
-            if pos:
-                if deadline is not None:  # a frame or record completed: the peer is not idle
-                    deadline = time.monotonic() + idle
-                rest = end - pos
-                if rest:
-                    buf[:rest] = bytes(view[pos:end])
-                end = rest
-            if full and len(buf) < cap:  # the socket had more than fit: read bigger chunks
-                nbuf = bytearray(min(cap, 2 * len(buf)))
-                nbuf[:end] = view[:end]
-                view.release()
-                buf, view = nbuf, memoryview(nbuf)
-
-    def _serve_shm(self, conn: socket.socket, peer, cid: str, stats: _ClientStats) -> None:
+    def _serve_shm(self, conn: socket.socket, peer, cid: str, stats: ClientStats) -> None:
         if peer[0] not in ("127.0.0.1", "::1"):
             raise P.ProtocolError(f"shared memory needs a client on this host; {peer[0]} is remote (use tcp)")
         lim = self.limits
