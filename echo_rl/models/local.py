@@ -20,6 +20,9 @@ from echo_rl.models.backbone import (Backbone, Completion, Message, SamplingPara
 from echo_rl.utils.optional import require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Below this temperature sampling is greedy: logits / 1e-300 overflows to inf and softmax to NaN (vLLM's epsilon).
+GREEDY_BELOW = 1e-5
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
 class ContextLengthError(ConfigError):
@@ -106,7 +109,10 @@ class LocalBackbone(Backbone):
         max_new = self._fit(prompt_ids, params.max_tokens)
         gen = torch.Generator(device="cpu")
         if params.seed is not None:
-            gen.manual_seed(int(params.seed))
+            if isinstance(params.seed, bool) or not isinstance(params.seed, int) \
+                    or not SEED_RANGE[0] <= params.seed <= SEED_RANGE[1]:
+                raise ConfigError(f"seed={params.seed!r} is invalid: must be an integer in [-2**63, 2**64 - 1]")
+            gen.manual_seed(params.seed)
         else:
             gen.seed()
         past = None
@@ -131,12 +137,13 @@ class LocalBackbone(Backbone):
 
     def _sample(self, logits: Any, params: SamplingParams, gen: Any) -> int:
         torch = self._torch
-        if params.temperature == 0.0:
+        if params.temperature < GREEDY_BELOW:
             return int(torch.argmax(logits))
         probs = torch.softmax(logits / params.temperature, dim=-1)
         if params.top_p < 1.0:
             sorted_p, order = torch.sort(probs, descending=True)
-            keep = torch.cumsum(sorted_p, 0) - sorted_p < params.top_p  # always keeps the top token
+            keep = torch.cumsum(sorted_p, 0) - sorted_p < params.top_p
+            keep[0] = True  # the top token always stays (a top_p of 1e-300 is 0.0 in float32)
             sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
             return int(order[torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=gen)])
         return int(torch.multinomial(probs, 1, generator=gen))

@@ -12,6 +12,7 @@ interleave token by token.
 route signatures' names, which are imported inside :func:`create_app`.)
 """
 
+import itertools
 import json
 import time
 import uuid
@@ -23,6 +24,7 @@ from echo_rl.models.local import ContextLengthError, LocalBackbone
 from echo_rl.utils.optional import require
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_JSON_DEPTH = 32  # the deepest valid body is 5 levels; deeper input is refused before validation
 
 
 class APIError(Exception):
@@ -53,8 +55,14 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     created = int(time.time())
     app = fastapi.FastAPI(title="echo-rl serve", docs_url=None, redoc_url=None, openapi_url=None)
 
-    def error_response(err: APIError) -> JSONResponse:
-        return JSONResponse(err.body(), status_code=err.status)
+    class AsciiJSONResponse(JSONResponse):
+        """ASCII JSON: an error message quoting client text (a lone surrogate, say) can always be encoded."""
+
+        def render(self, content: Any) -> bytes:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+    def error_response(err: APIError, headers: dict | None = None) -> JSONResponse:
+        return AsciiJSONResponse(err.body(), status_code=err.status, headers=headers)
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -69,20 +77,24 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(_from_validation(exc.errors()))
 
+    @app.exception_handler(ConfigError)
+    async def _config_error(_: Request, exc: ConfigError) -> JSONResponse:  # the backbone refused the input
+        return error_response(APIError(400, str(exc)))
+
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
-        return error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error"))
+        # a bug of this server, not a transient fault: tell SDK clients (openai, APIBackbone) not to retry
+        return error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error"),
+                              headers={"x-should-retry": "false"})
 
     async def parse(request: Request, schema: type) -> Any:
         raw = await request.body()
         if len(raw) > MAX_BODY_BYTES:
             raise APIError(413, f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+        data = parse_json(raw)
         if not isinstance(data, dict):
             raise APIError(400, f"request body must be a JSON object, got {type(data).__name__}")
+        check_strings(data)
         try:
             req = schema.model_validate(data)
         except ValidationError as exc:
@@ -130,7 +142,10 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             if req.n != 1:
                 raise APIError(400, "n must be 1 when stream is true", param="n")
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(iterate_in_threadpool(_chat_stream(rid, prompt_ids, params, include_usage)),
+            gen = backbone.stream_ids(prompt_ids, params)
+            # the first item is computed before the 200 goes out, so a request that fails at once gets a status
+            first = await run_in_threadpool(next, gen, None)
+            return StreamingResponse(iterate_in_threadpool(_chat_stream(rid, gen, first, params, include_usage)),
                                      media_type="text/event-stream")
         choices, usage = [], {"prompt_tokens": len(prompt_ids), "completion_tokens": 0}
         for i in range(req.n):
@@ -144,7 +159,9 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": name,
                 "choices": choices, "usage": usage}
 
-    def _chat_stream(rid: str, prompt_ids: list[int], params: SamplingParams, include_usage: bool) -> Iterator[str]:
+    def _chat_stream(rid: str, gen: Iterator, first: Any, params: SamplingParams,
+                     include_usage: bool) -> Iterator[str]:
+        """The SSE body. A failure after the 200 is sent as an ``error`` event, then the stream ends cleanly."""
         def chunk(delta: dict, finish: str | None = None, **extra: Any) -> str:
             body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": name,
                     "choices": [{"index": 0, "delta": delta, "logprobs": extra.pop("logprobs", None),
@@ -152,9 +169,8 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             return f"data: {json.dumps(body)}\n\n"
 
         yield chunk({"role": "assistant", "content": ""})
-        gen = backbone.stream_ids(prompt_ids, params)
         try:
-            for item in gen:
+            for item in itertools.chain([first] if first is not None else [], gen):
                 if isinstance(item, Completion):
                     yield chunk({}, item.finish_reason)
                     if include_usage:
@@ -167,6 +183,11 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
                 else:
                     lp = _chat_logprobs(getattr(item, "tokens", [])) if params.logprobs else None
                     yield chunk({"content": str(item)}, logprobs=lp)
+        except Exception as exc:  # noqa: BLE001 - the headers are sent: report in-band, as OpenAI streams do
+            status, kind = (400, "invalid_request_error") if isinstance(exc, ConfigError) else (500, "server_error")
+            err = APIError(status, f"{'internal error: ' if status == 500 else ''}{type(exc).__name__}: {exc}",
+                           type=kind)
+            yield f"data: {json.dumps(err.body())}\n\n"
         finally:
             gen.close()
         yield "data: [DONE]\n\n"
@@ -217,6 +238,69 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         return error_response(APIError(400, str(exc), code="context_length_exceeded"))
 
     return app
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: UTF-8, no NaN/Infinity, no integers past 4300 digits, nesting at most MAX_JSON_DEPTH."""
+    def no_constant(name: str) -> Any:
+        raise APIError(400, f"request body is not valid JSON: {name} is not a JSON number", code="invalid_json")
+
+    depth = _max_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise APIError(400, f"request body nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}",
+                       code="invalid_json")
+    try:
+        return json.loads(raw, parse_constant=no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer literal longer than Python converts
+        raise APIError(400, f"request body is not valid JSON: {str(exc).split(';')[0]}",
+                       code="invalid_json") from None
+
+
+def _max_depth(raw: bytes) -> int:
+    """Bracket depth of a JSON text, skipping strings (a cheap bound before the recursive parser runs)."""
+    depth = best = 0
+    in_str = escaped = False
+    for b in raw:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:
+                in_str = False
+        elif b == 0x22:
+            in_str = True
+        elif b in (0x5B, 0x7B):
+            depth += 1
+            if depth > best:
+                best = depth
+                if best > MAX_JSON_DEPTH:
+                    return best
+        elif b in (0x5D, 0x7D):
+            depth -= 1
+    return best
+
+
+def check_strings(data: Any, path: str = "") -> None:
+    """Refuse text that is not valid Unicode (a lone surrogate such as \\ud800): it cannot be tokenized."""
+    stack = [(data, path)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = value[exc.start]
+                raise APIError(400, f"{where or 'body'}: contains a lone surrogate U+{ord(bad):04X}; text must be "
+                               "valid Unicode", param=where or None, code="invalid_unicode") from None
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                stack.append((k, where))
+                stack.append((v, f"{where}.{k}" if where else str(k)))
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}.{i}") for i, v in enumerate(value))
 
 
 def _from_validation(errors: list) -> APIError:

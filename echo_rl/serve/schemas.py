@@ -6,7 +6,7 @@ fields are accepted and ignored, as vLLM does, so newer clients keep working.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,10 +37,10 @@ class _Sampling(_Base):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=8)
-    stop: Union[str, list[str], None] = None
+    stop: Union[str, Annotated[list[str], Field(max_length=4)], None] = None  # OpenAI: up to 4 sequences
     stream: bool = False
     stream_options: StreamOptions | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # int64, as the OpenAI API documents it
 
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
