@@ -60,11 +60,15 @@ def parse_address(address) -> tuple[str, int]:
 def _handshake(sock: socket.socket, body: dict, secret: bytes | None = None) -> tuple[dict, int]:
     """HELLO, then (if the server asks) the AUTH challenge; returns the WELCOME body and seq."""
     sock.sendall(P.HELLO_MAGIC + P.json_frame(P.HELLO, body))
+    challenged = False
     while True:
         ftype, _, count, seq = P.unpack_header(_recv_exact(sock, P.HEADER_SIZE))
         data = P.parse_json(ftype, _recv_exact(sock, count)) if count <= P.MAX_JSON_BYTES else {}
         if ftype != P.AUTH:
             break
+        if challenged:
+            raise ReplayServerError("replay server sent a second AUTH challenge")
+        challenged = True
         if secret is None:
             raise ReplayServerError(f"replay server requires a shared secret: pass secret= or set ${P.SECRET_ENV}")
         nonce = data.get("nonce")
@@ -498,7 +502,15 @@ class LearnerClient:
         if not 0 < int(n) <= P.MAX_FRAME_SAMPLES:
             raise ValueError(f"n={n!r} is invalid: must be in [1, {P.MAX_FRAME_SAMPLES}]")
         self._reconnect_if_lost()
-        self._sock.sendall(P.pack_header(P.SAMPLE, int(n), 0))
+        try:
+            return self._sample(int(n))
+        except ReplayServerBusy:  # dropped for idling just as the request went out: it was not served
+            self.close()
+            self.connect()
+            return self._sample(int(n))
+
+    def _sample(self, n: int) -> Batch:
+        self._sock.sendall(P.pack_header(P.SAMPLE, n, 0))
         ftype, _, count, _ = P.unpack_header(_recv_exact(self._sock, P.HEADER_SIZE))
         if ftype == P.ERROR:
             raise _error(P.parse_json(ftype, _recv_exact(self._sock, count)), "replay server refused the request")
