@@ -24,6 +24,9 @@ def _command_modules() -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="echo-rl", description=__doc__.splitlines()[0].strip("`: "))
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first: it registers your own tasks, backbones or baselines "
+                             "(repeatable; also $ECHO_RL_PLUGINS and entry points, see echo_rl.plugins)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
@@ -37,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from echo_rl.plugins import load_plugins
+
+        load_plugins(args.plugin)  # user registrations before any name is checked
         return int(args._run(args) or 0)
     except ConfigError as exc:
         print(f"echo-rl {args.command}: error: {exc}", file=sys.stderr)

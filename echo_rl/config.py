@@ -428,7 +428,8 @@ class TrainingConfig(ConfigBase):
     policy_network: str = spec("minigrid", help="vector policy network: minigrid (per-cell embeddings) or mlp "
                                                 "(flat input, 64x64 like Stable-Baselines3's MlpPolicy)",
                                choices=("minigrid", "mlp"))
-    num_learners: int = spec(1, help="learner processes (more than 1 needs a distributed backend)", min=1)
+    num_learners: int = spec(1, help="learner processes; a config may name more, but EchoRLTrainer refuses to "
+                                      "train with more than 1 (multi-learner training is not implemented)", min=1)
     backend: str = spec("local", help="where actors and learner run: local (this process) or ray "
                                       "(Ray actors; needs the distributed extra)", choices=("local", "ray"))
     ray_address: str | None = spec(None, help="Ray cluster address for backend=ray (None: start a local Ray)")
@@ -480,8 +481,6 @@ class TrainingConfig(ConfigBase):
             self._fail("train_frequency", self.train_frequency, "must be >= 1 or None")
         if self.ray_num_workers is not None and not 1 <= self.ray_num_workers <= self.num_actors:
             self._fail("ray_num_workers", self.ray_num_workers, f"must be between 1 and num_actors={self.num_actors}")
-        if self.num_learners > 1:
-            self._fail("num_learners", self.num_learners, "EchoRL runs 1 learner on either backend (several learners are not built yet)")
 
     def _validate_text(self) -> None:
         if self.backbone is None:  # the registered pretrained model is the default, once fetched

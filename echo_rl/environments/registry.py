@@ -3,7 +3,10 @@
 Vector tasks (small policies) are MiniGrid ids: ``minigrid`` (DoorKey-5x5),
 ``minigrid:<EnvId>`` or a bare ``MiniGrid-...`` / ``BabyAI-...`` id. Text tasks
 (language-model agents) are registered by name with :func:`register_text_env`
-and built with :func:`make_env`.
+and built with :func:`make_env`. A task registered from user code is a task
+everywhere: ``make_env``, ``TrainingConfig(env_name=...)``, ``BenchmarkConfig``
+and the CLI (which imports the user's module first: ``echo-rl --plugin MODULE``
+or ``ECHO_RL_PLUGINS``, see ``echo_rl.plugins``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,29 @@ DEFAULT_MINIGRID_ID = "MiniGrid-DoorKey-5x5-v0"
 TEXT_TASKS = ("alfworld", "webshop", "cruxeval", "arc", "minigrid")
 
 _TEXT_FACTORIES: dict[str, Callable[..., Any]] = {}
+REGISTER_HINT = "register your own with echo_rl.environments.registry.register_text_env(name, factory)"
 
 
 def register_text_env(name: str, factory: Callable[..., Any]) -> None:
-    """Register a text-environment factory under a task name."""
+    """Register a text-environment factory under a task name.
+
+    ``factory(**env_config)`` returns an env with the text contract (``reset(seed=...)``,
+    ``step(action: str)``, ``info["segments"]``; subclass ``echo_rl.environments.base.TextEnvironment``).
+    Registering a name again replaces its factory; MiniGrid names are reserved.
+    """
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or ":" in name:
+        raise ConfigError(f"task name {name!r} is invalid: must be a non-empty string without ':' or "
+                          f"surrounding spaces")
+    if not callable(factory):
+        raise ConfigError(f"factory for task {name!r} is invalid: must be callable, got {type(factory).__name__}")
+    if name != "minigrid" and minigrid_id(name) is not None:
+        raise ConfigError(f"task name {name!r} is invalid: MiniGrid-/BabyAI- names are MiniGrid's env ids")
     _TEXT_FACTORIES[name] = factory
+
+
+def text_task_names() -> list[str]:
+    """The built-in text tasks, then those registered from user code."""
+    return [*TEXT_TASKS, *sorted(set(_TEXT_FACTORIES) - set(TEXT_TASKS))]
 
 
 def minigrid_env_ids() -> list[str]:
@@ -50,8 +71,10 @@ def check_task_name(task: str) -> None:
                 f"unknown MiniGrid env id {env_id!r} in task {task!r}; e.g. minigrid:{DEFAULT_MINIGRID_ID} "
                 f"(all ids: python -c 'import echo_rl.environments.registry as r; print(r.minigrid_env_ids())')")
         return
-    if task not in TEXT_TASKS:
-        raise ConfigError(f"unknown task {task!r}; allowed: minigrid, minigrid:<EnvId>, {', '.join(TEXT_TASKS[:-1])}")
+    if task not in TEXT_TASKS and task not in _TEXT_FACTORIES:
+        names = [t for t in text_task_names() if t != "minigrid"]
+        raise ConfigError(f"unknown task {task!r}; allowed: minigrid, minigrid:<EnvId>, {', '.join(names)} "
+                          f"({REGISTER_HINT})")
 
 
 def make_env(name: str, **config: Any) -> Any:

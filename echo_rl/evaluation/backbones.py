@@ -24,6 +24,7 @@ def known_backbones() -> list[str]:
 
 def check_backbone_name(name: str) -> None:
     from echo_rl.models.api import PROVIDERS, resolve_api_name
+    from echo_rl.models.loader import REGISTER_HINT
 
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"backbone name {name!r} is invalid: must be a non-empty string")
@@ -36,4 +37,4 @@ def check_backbone_name(name: str) -> None:
         return
     raise ConfigError(f"unknown backbone {name!r}; allowed: {', '.join(known_backbones())}, <provider>/<model> "
                       f"(providers: {', '.join(PROVIDERS)}), http(s)://host:port/v1[#model], or a local "
-                      f"checkpoint directory")
+                      f"checkpoint directory ({REGISTER_HINT})")

@@ -32,11 +32,14 @@ class BenchmarkConfig(ConfigBase):
     """One benchmark run (``echo_rl.evaluation.benchmark``); resumable from ``output_dir``."""
 
     tasks: list = spec(default_factory=lambda: ["minigrid"],
-                       help="task names: alfworld, webshop, cruxeval, arc, minigrid, minigrid:<EnvId>")
+                       help="task names: alfworld, webshop, cruxeval, arc, minigrid, minigrid:<EnvId>, or one "
+                            "registered with register_text_env")
     task_configs: dict = spec(default_factory=dict, help="{task: keyword arguments of its environment}")
-    backbones: list = spec(default_factory=list, help="LM backbones for the methods that need one")
+    backbones: list = spec(default_factory=list, help="LM backbones for the methods that need one (or one "
+                                                      "registered with echo_rl.models.register_backbone)")
     baselines: list = spec(default_factory=lambda: ["random", "expert", "ppo"],
-                           help="methods to run (see `echo-rl benchmark --list-methods`)")
+                           help="methods to run (see `echo-rl benchmark --list-methods`; your own: "
+                                "echo_rl.evaluation.methods.register_baseline)")
     num_seeds: int = spec(3, help="seeds per (task, method, backbone); seeds are 0..num_seeds-1 + seed_offset",
                           min=1)
     seed_offset: int = spec(0, help="first seed", min=0)
@@ -99,11 +102,12 @@ class BenchmarkConfig(ConfigBase):
                     raise ConfigError(f"unknown field echo_rl_configs.{key} for {method}; "
                                       f"TrainingConfig fields: {', '.join(sorted(names))}")
             spec_ = _methods.get_method(method)
-            task = next((t for t in self.tasks if spec_.skip_reason(t, self.backbones[0] if self.backbones
-                                                                     else NO_BACKBONE) is None), None)
-            if task is not None:  # the values too: build the config a cell would build
+            cells = [(t, b) for t in self.tasks
+                     for b in ((self.backbones or [NO_BACKBONE]) if spec_.uses_backbone(t) else [NO_BACKBONE])
+                     if spec_.skip_reason(t, b) is None]
+            if cells:  # the values too: build the config the first runnable cell would build
                 try:
-                    TrainingConfig.from_dict({"env_name": task, "agent": spec_.trainer_agent, **overrides})
+                    spec_.training_config(*cells[0], overrides)
                 except ConfigError as exc:
                     raise ConfigError(f"echo_rl_configs for {method}: {exc}") from None
 

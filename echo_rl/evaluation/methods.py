@@ -62,11 +62,11 @@ Runner = Callable[[CellContext], Awaitable[CellOutcome]]
 
 
 def task_kinds(task: str) -> tuple[str, ...]:
-    """Which forms a task name offers: MiniGrid tasks are both text and vector tasks."""
-    from echo_rl.environments.registry import TEXT_TASKS, minigrid_id
+    """Which forms a task name offers: MiniGrid tasks are both text and vector tasks; registered ones are text."""
+    from echo_rl.environments.registry import minigrid_id, text_task_names
 
     kinds = []
-    if task in TEXT_TASKS or minigrid_id(task) is not None:  # any MiniGrid id also exists as text
+    if task in text_task_names() or minigrid_id(task) is not None:  # any MiniGrid id also exists as text
         kinds.append("text")
     if minigrid_id(task) is not None:
         kinds.append("vector")
@@ -93,6 +93,8 @@ class MethodSpec:
     origin: str = ""  # the issue / module that provides it, for skip messages
     lm_on_text: bool = False  # on text-only tasks it trains a language model, so it needs a backbone there
     extra: dict[str, Any] = field(default_factory=dict)
+    # TrainingConfig fields this method sets for a cell on (task, backbone), under the user's echo_rl_configs
+    training_defaults: Callable[[str, str], dict[str, Any]] | None = None
 
     def uses_backbone(self, task: str) -> bool:
         """Whether a cell of this method on ``task`` runs once per backbone."""
@@ -119,18 +121,66 @@ class MethodSpec:
                         f"registered: {', '.join(sorted(AGENTS))}")
         if self.uses_backbone(task) and backbone == NO_BACKBONE:
             return f"{self.name} needs a backbone on {task!r}; pass --backbones"
+        if self.trainer_agent is not None and self.uses_backbone(task) and _is_api_backbone(backbone):
+            return (f"{self.name} trains the backbone's weights and API model {backbone!r} has none; use tiny, "
+                    f"tiny:<preset> or a local checkpoint")
         return None
+
+    def training_config(self, task: str, backbone: str, overrides: dict[str, Any] | None = None,
+                        **base: Any) -> Any:
+        """The TrainingConfig a cell of this trained method builds: ``base`` fields, then the method's own
+        (``training_defaults``), then the user's ``overrides`` (mappings such as lm_config merge)."""
+        from echo_rl.config import TrainingConfig
+
+        data: dict[str, Any] = {"env_name": task, "agent": self.trainer_agent, **base}
+        if backbone != NO_BACKBONE and self.uses_backbone(task):
+            data["backbone"] = backbone
+        for layer in (self.training_defaults(task, backbone) if self.training_defaults else {}, overrides or {}):
+            for k, v in layer.items():
+                data[k] = {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
+        return TrainingConfig.from_dict(data)
+
+
+def _is_api_backbone(name: str) -> bool:
+    from echo_rl.models.api import resolve_api_name
+
+    return name.startswith(("http://", "https://")) or resolve_api_name(name) is not None
 
 
 _METHODS: dict[str, MethodSpec] = {}
 
 
+REGISTER_HINT = ("register your own with echo_rl.evaluation.methods.register_baseline(name, runner) "
+                 "or register_method(MethodSpec(...))")
+
+
 def register_method(spec: MethodSpec) -> None:
     """Add (or replace) a method; its name becomes valid in ``BenchmarkConfig.baselines``."""
+    if not isinstance(spec, MethodSpec):
+        raise ConfigError(f"register_method needs a MethodSpec, got {type(spec).__name__}")
+    if not isinstance(spec.name, str) or not spec.name.strip() or spec.name != spec.name.strip():
+        raise ConfigError(f"baseline name {spec.name!r} is invalid: must be a non-empty string")
+    if not callable(spec.runner):
+        raise ConfigError(f"runner of baseline {spec.name!r} is invalid: must be an async callable (CellContext)")
     bad = set(spec.task_kinds) - set(TASK_KINDS)
-    if bad:
-        raise ValueError(f"MethodSpec.task_kinds has {sorted(bad)}; allowed: {', '.join(TASK_KINDS)}")
+    if bad or not spec.task_kinds:
+        raise ConfigError(f"MethodSpec.task_kinds={spec.task_kinds!r} is invalid; allowed: {', '.join(TASK_KINDS)}")
     _METHODS[spec.name] = spec
+
+
+def register_baseline(name: str, runner: Runner, *, task_kinds: tuple[str, ...] = ("text",),
+                      needs_backbone: bool = False, description: str = "", kind: str = "custom") -> MethodSpec:
+    """Register a benchmark baseline from user code.
+
+    ``runner`` is ``async def runner(ctx: CellContext) -> CellOutcome``: it runs ``ctx.num_episodes``
+    episodes of ``ctx.cell.task`` (``make_text_env(ctx)`` builds the cell's environment, and
+    ``run_text_episodes`` / ``load_cell_backbone(ctx)`` do the usual loop / backbone) and returns the
+    records. With ``needs_backbone`` the benchmark runs it once per backbone in ``backbones``.
+    """
+    spec = MethodSpec(name, kind, description or f"{name} (registered from user code)", runner,
+                      tuple(task_kinds), needs_backbone=needs_backbone)
+    register_method(spec)
+    return spec
 
 
 def method_names() -> list[str]:
@@ -139,7 +189,7 @@ def method_names() -> list[str]:
 
 def get_method(name: str) -> MethodSpec:
     if name not in _METHODS:
-        raise ConfigError(f"unknown baseline {name!r}; allowed: {', '.join(method_names())}")
+        raise ConfigError(f"unknown baseline {name!r}; allowed: {', '.join(method_names())} ({REGISTER_HINT})")
     return _METHODS[name]
 
 
@@ -210,6 +260,21 @@ def env_config(ctx: CellContext) -> dict[str, Any]:
     references, the prompting agents and the trainer alike.
     """
     return {"max_steps": ctx.max_steps, **ctx.task_config}
+
+
+def make_text_env(ctx: CellContext) -> Any:
+    """The cell's text environment (its task, the task config and the harness step cap)."""
+    return _make_text_env(ctx)
+
+
+def load_cell_backbone(ctx: CellContext) -> Any:
+    """The cell's backbone (registered ones included); a backbone that cannot load here skips the cell."""
+    from echo_rl.models import load_backbone
+
+    try:
+        return load_backbone(ctx.cell.backbone)
+    except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
+        raise MethodUnavailable(str(exc)) from None
 
 
 def _make_text_env(ctx: CellContext) -> Any:
@@ -341,7 +406,7 @@ def _prompting(agent: str) -> Runner:
     return run
 
 
-async def _run_trained(ctx: CellContext, agent: str) -> CellOutcome:
+async def _run_trained(ctx: CellContext) -> CellOutcome:
     """Train with EchoRLTrainer in the cell's work dir, then take the trainer's final evaluation.
 
     A cell killed mid-training resumes from the trainer's last checkpoint when
@@ -349,15 +414,12 @@ async def _run_trained(ctx: CellContext, agent: str) -> CellOutcome:
     """
     import shutil
 
-    from echo_rl.config import TrainingConfig
     from echo_rl.training.trainer import EchoRLTrainer
 
     overrides = dict(ctx.method_config)
-    base = {"env_name": ctx.cell.task, "agent": agent, "seed": ctx.cell.seed, "device": ctx.device,
-            "evaluation_episodes": ctx.num_episodes, "env_config": env_config(ctx)}
-    if ctx.cell.backbone != NO_BACKBONE:
-        base["backbone"] = ctx.cell.backbone
-    config = TrainingConfig.from_dict({**base, **overrides})
+    config = get_method(ctx.cell.method).training_config(
+        ctx.cell.task, ctx.cell.backbone, overrides, seed=ctx.cell.seed, device=ctx.device,
+        evaluation_episodes=ctx.num_episodes, env_config=env_config(ctx))
     if "evaluation_frequency" not in overrides:  # a few points for the learning curve
         config = config.replace(evaluation_frequency=max(config.total_timesteps // 5, 1))
     run_dir = ctx.work_dir / "train"
@@ -404,10 +466,23 @@ def _first(d: dict, *keys: str) -> float | None:
 
 
 def _trained(agent: str) -> Runner:
+    """The runner of a trained method (``agent`` is its trainer agent; the cell's method spec adds the rest)."""
     async def run(ctx: CellContext) -> CellOutcome:
-        return await _run_trained(ctx, agent)
+        return await _run_trained(ctx)
 
     return run
+
+
+def _lm_objective(objective: str, judged: bool = False) -> Callable[[str, str], dict[str, Any]]:
+    """TrainingConfig fields of an LM baseline: its objective, and for RLAIF the judge (the cell's own
+    backbone judges its episodes unless echo_rl_configs names another judge_backbone)."""
+    def defaults(task: str, backbone: str) -> dict[str, Any]:
+        lm: dict[str, Any] = {"objective": objective}
+        if judged:
+            lm.update(reward="rlaif", judge_backbone=None if backbone == NO_BACKBONE else backbone)
+        return {"lm_config": lm}
+
+    return defaults
 
 
 for _spec in (
@@ -427,10 +502,12 @@ for _spec in (
     MethodSpec("echo-rl", "trained", "the EchoRL agent trained by EchoRLTrainer (LM agent on text tasks)",
                _trained("echo-rl"), ("text", "vector"), trainer_agent="echo-rl", lm_on_text=True,
                origin="issues 4 and 8: EchoRL agents"),
-    MethodSpec("ppo-rlhf", "trained", "PPO-RLHF language-model agent trained by EchoRLTrainer",
-               _trained("ppo-rlhf"), ("text",), needs_backbone=True, trainer_agent="ppo-rlhf",
-               origin="issue 8: LM trainer"),
-    MethodSpec("rlaif", "trained", "RLAIF language-model agent trained by EchoRLTrainer", _trained("rlaif"),
-               ("text",), needs_backbone=True, trainer_agent="rlaif", origin="issue 8: LM trainer"),
+    MethodSpec("ppo-rlhf", "trained", "PPO-RLHF language-model agent (value head + GAE on the env reward) "
+               "trained by EchoRLTrainer", _trained("ppo"), ("text",), needs_backbone=True, trainer_agent="ppo",
+               origin="issue 8: LM trainer", training_defaults=_lm_objective("ppo-rlhf")),
+    MethodSpec("rlaif", "trained", "RLAIF language-model agent (PPO on an AI judge's score; the judge is the "
+               "cell's backbone unless lm_config.judge_backbone says otherwise) trained by EchoRLTrainer",
+               _trained("ppo"), ("text",), needs_backbone=True, trainer_agent="ppo", origin="issue 8: LM trainer",
+               training_defaults=_lm_objective("ppo-rlhf", judged=True)),
 ):
     register_method(_spec)

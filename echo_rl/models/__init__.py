@@ -7,9 +7,9 @@
 from echo_rl.models.backbone import (Backbone, CapabilityError, Completion, SamplingParams, TokenLogprob,
                                      Usage)
 from echo_rl.models.config import BackboneConfig
-from echo_rl.models.loader import backbone_names, load_backbone
+from echo_rl.models.loader import backbone_names, load_backbone, register_backbone
 from echo_rl.models.pricing import PriceTable
 from echo_rl.models.scripted import ScriptedBackbone
 
 __all__ = ["Backbone", "BackboneConfig", "CapabilityError", "Completion", "PriceTable", "SamplingParams",
-           "ScriptedBackbone", "TokenLogprob", "Usage", "backbone_names", "load_backbone"]
+           "ScriptedBackbone", "TokenLogprob", "Usage", "backbone_names", "load_backbone", "register_backbone"]

@@ -13,27 +13,44 @@ local checkpoint directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from echo_rl.config import ConfigError
 from echo_rl.models.backbone import Backbone
 from echo_rl.models.config import BackboneConfig
 
 
+_REGISTERED: dict[str, Callable[[BackboneConfig], Backbone]] = {}
+REGISTER_HINT = "register your own with echo_rl.models.register_backbone(name, factory)"
+
+
+def register_backbone(name: str, factory: Callable[[BackboneConfig], Backbone]) -> None:
+    """Make ``name`` a backbone everywhere a backbone name is read (``load_backbone``, the benchmark, eval).
+
+    ``factory(config: BackboneConfig) -> Backbone`` builds it on each load; registered names are tried
+    before the built-in ones. (Training needs weights: it takes tiny presets and local checkpoints.)
+    """
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise ConfigError(f"backbone name {name!r} is invalid: must be a non-empty string without surrounding spaces")
+    if not callable(factory):
+        raise ConfigError(f"factory for backbone {name!r} is invalid: must be callable, got {type(factory).__name__}")
+    _REGISTERED[name] = factory
+
+
 def backbone_names() -> list[str]:
-    """Named backbones (besides provider/model, URLs and checkpoint paths)."""
+    """Named backbones (besides provider/model, URLs and checkpoint paths), registered ones last."""
     from echo_rl.models.api import ALIASES
     from echo_rl.models.fetch import MODELS
     from echo_rl.models.tiny import PRESETS
 
-    return ["tiny", *[f"tiny:{p}" for p in PRESETS], *MODELS, *ALIASES]
+    return ["tiny", *[f"tiny:{p}" for p in PRESETS], *MODELS, *ALIASES, *sorted(_REGISTERED)]
 
 
 def _allowed() -> str:
     from echo_rl.models.api import PROVIDERS
 
     return (f"{', '.join(backbone_names())}, <provider>/<model> (providers: {', '.join(PROVIDERS)}), "
-            "http(s)://host:port/v1[#model], or a local checkpoint directory")
+            f"http(s)://host:port/v1[#model], or a local checkpoint directory ({REGISTER_HINT})")
 
 
 def load_backbone(name_or_path: str | Path | Backbone, config: BackboneConfig | dict | None = None,
@@ -47,6 +64,12 @@ def load_backbone(name_or_path: str | Path | Backbone, config: BackboneConfig | 
     name = str(name_or_path).strip()
     if not name:
         raise ConfigError(f"backbone name is empty; allowed: {_allowed()}")
+    if name in _REGISTERED:
+        model = _REGISTERED[name](cfg)
+        if not isinstance(model, Backbone):
+            raise ConfigError(f"registered backbone {name!r}: its factory returned {type(model).__name__}, "
+                              f"not an echo_rl.models.Backbone")
+        return model
 
     from echo_rl.models.tiny import PRESETS
 

@@ -66,6 +66,9 @@ class EchoRLTrainer:
 
     def __init__(self, config: TrainingConfig, run_dir: str | Path | None = None, resume: bool = False,
                  show_progress: bool = True):
+        if config.num_learners > 1:  # a valid config (it describes a run), but not one this trainer can run
+            raise ConfigError(f"TrainingConfig.num_learners={config.num_learners} is not implemented: EchoRLTrainer "
+                              f"trains with 1 learner (set num_learners=1; actors scale with num_actors)")
         self.config = config
         self.run = RunDirectory(run_dir or default_run_dir(config), config)
         self.resume = resume
