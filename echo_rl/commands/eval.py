@@ -50,17 +50,16 @@ def _eval_run(args: argparse.Namespace) -> dict:
     from echo_rl.training.run_dir import RunDirectory
     from echo_rl.training.trainer import EchoRLTrainer, resolve_device
 
-    config = RunDirectory.config_of(args.run_dir)
+    config = RunDirectory.config_of(args.run_dir, flag="--run-dir")
     if args.seed is not None:
         config = config.with_overrides({"seed": args.seed})
     trainer = EchoRLTrainer(config, run_dir=args.run_dir, resume=True, show_progress=False)
-    ckpt = trainer.run.latest_checkpoint()
-    if ckpt is None:
+    if trainer.run.latest_checkpoint() is None:
         raise ConfigError(f"--run-dir {args.run_dir} has no checkpoint to evaluate")
-    payload, _ = RunDirectory.load_checkpoint(ckpt)
     trainer.build_agent(resolve_device(config.device))
-    trainer.agent.load_state_dict(payload["state"])
-    try:
+    try:  # weights only: evaluation never opens the rollout state (envs mid-episode)
+        ckpt = trainer.run.load_newest(lambda payload, _: trainer.agent.load_state_dict(payload["state"]),
+                                       rollout=False)
         results = trainer.evaluate(args.episodes)
     finally:
         trainer.agent.close()

@@ -72,9 +72,13 @@ class FlatMiniGridObs(gym.ObservationWrapper):
         self._mission = None
         self._bag = None
 
-    def snapshot(self) -> bytes:
-        """The whole env (grid, agent, RNG) as bytes: how checkpoints carry envs mid-episode."""
-        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+    def snapshot(self) -> dict:
+        """The env mid-episode (grid, agent, RNG) as plain JSON data (``minigrid_state``): how checkpoints carry
+        envs. Levels with state that format does not hold are pickled; the checkpoint writer then signs them."""
+        from echo_rl.environments.minigrid_state import minigrid_snapshot
+
+        snap = minigrid_snapshot(self)
+        return snap if snap is not None else {"format": "pickle", "blob": pickle.dumps(self, pickle.HIGHEST_PROTOCOL)}
 
     def observation(self, obs: dict) -> np.ndarray:
         if obs["mission"] != self._mission:  # missions rarely change: cache the bag
@@ -130,10 +134,25 @@ def _vector_env(env_fns: list, asynchronous: bool) -> VectorEnv:
 
 
 def snapshot_vector_env(envs: VectorEnv) -> dict:
-    """Picklable state of every env (works for in-process and worker-process envs)."""
+    """State of every env (works for in-process and worker-process envs); see ``FlatMiniGridObs.snapshot``."""
     return {"asynchronous": isinstance(envs, AsyncVectorEnv), "envs": list(envs.call("snapshot"))}
 
 
+def restore_env(snapshot: dict) -> gym.Env:
+    """One env from its snapshot. A ``pickle`` snapshot is only ever handed over by the checkpoint reader after
+    it checked the run's signature (``echo_rl.training.state_codec``)."""
+    from echo_rl.environments.minigrid_state import restore_minigrid
+
+    if snapshot.get("format") == "pickle":
+        return pickle.loads(snapshot["blob"])
+    return restore_minigrid(snapshot)
+
+
 def restore_vector_env(snapshot: dict) -> VectorEnv:
-    fns = [functools.partial(pickle.loads, blob) for blob in snapshot["envs"]]
-    return _vector_env(fns, snapshot["asynchronous"])
+    if type(snapshot) is not dict or type(snapshot.get("envs")) is not list or not snapshot["envs"]:
+        raise ValueError("vector env snapshot holds no envs")
+    if any(type(s) is not dict for s in snapshot["envs"]):
+        raise ValueError("vector env snapshot entries must be env snapshots")
+    restore_env(snapshot["envs"][0]).close()  # a bad snapshot fails here, not in a worker process
+    fns = [functools.partial(restore_env, s) for s in snapshot["envs"]]
+    return _vector_env(fns, bool(snapshot["asynchronous"]))

@@ -687,8 +687,10 @@ class EchoAgent:
 class _ActorState:
     """What the actors hold between iterations, plus the replay's contents.
 
-    The envs are pickled the way the PPO collector does; the replay as the bytes
-    of its own exact ``save`` file (contents, priorities, sampling RNG, EMA plan).
+    The envs are snapshotted the way the PPO collector does; the replay (and the
+    self-imitation buffer) as the bytes of its own exact ``save`` file (contents,
+    priorities, sampling RNG, EMA plan), held as uint8 arrays in checkpoints so
+    that they are plain data (``echo_rl.training.state_codec``), not opaque bytes.
     """
 
     FIELDS = ("next_obs", "hist_obs", "hist_ep", "cur_ep", "ep_return", "ep_length")
@@ -712,12 +714,22 @@ class _ActorState:
     def __getstate__(self) -> dict:
         from echo_rl.environments.minigrid_vector import snapshot_vector_env
 
-        return {"envs": snapshot_vector_env(self.envs), "arrays": self.arrays, "replay_npz": self.replay_npz,
-                "sil": self.sil}
+        sil = None if self.sil is None else {**self.sil, "buffer_npz": _as_array(self.sil["buffer_npz"])}
+        return {"envs": snapshot_vector_env(self.envs), "arrays": self.arrays,
+                "replay_npz": _as_array(self.replay_npz), "sil": sil}
 
     def __setstate__(self, state: dict) -> None:
         from echo_rl.environments.minigrid_vector import restore_vector_env
 
         self.envs, self.arrays = restore_vector_env(state["envs"]), state["arrays"]
-        self.replay_npz = state.get("replay_npz")
-        self.sil = state.get("sil")
+        self.replay_npz = _as_bytes(state.get("replay_npz"))
+        sil = state.get("sil")
+        self.sil = None if sil is None else {**sil, "buffer_npz": _as_bytes(sil["buffer_npz"])}
+
+
+def _as_array(blob: bytes | None) -> np.ndarray | None:
+    return None if blob is None else np.frombuffer(blob, dtype=np.uint8)
+
+
+def _as_bytes(blob: np.ndarray | bytes | None) -> bytes | None:
+    return None if blob is None else bytes(blob) if isinstance(blob, bytes) else np.asarray(blob, np.uint8).tobytes()

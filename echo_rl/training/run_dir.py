@@ -2,23 +2,41 @@
 
 Checkpoints are written to a temporary folder and renamed into place, and the
 ``latest`` pointer is replaced atomically, so a run killed at any instant
-leaves a loadable checkpoint behind.
+leaves a loadable checkpoint behind. A run directory holds no pickles (rollout
+state: ``state_codec``; weights: ``torch.load(weights_only=True)``), so opening
+one never runs code from it; a damaged newest checkpoint falls back to an older
+one kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.training import state_codec
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be loaded (damaged, refused, or from an older format)."""
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as a short single line (torch's unpickling errors span many lines)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or _reason(exc)
 
 
 def default_run_dir(config: TrainingConfig) -> Path:
@@ -62,48 +80,114 @@ class RunDirectory:
         return self.path / "timings.jsonl"
 
     def create(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self.config.save_yaml(self.path / "config.yaml")
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"run directory {self.path} is a file; give a directory (--run-dir)")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            self.config.save_yaml(self.path / "config.yaml")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the run directory {self.path}: {_os_reason(exc)}") from None
 
     # -- checkpoints ----------------------------------------------------------
     def save_checkpoint(self, step: int, state: dict[str, Any], rollout_state: Any) -> Path:
-        """state -> state.pt (weights_only-loadable), rollout_state -> rollout.pkl (envs mid-episode)."""
+        """state -> state.pt (weights_only-loadable), rollout_state -> rollout.json + rollout.npz (no pickle:
+        ``state_codec``), so opening a run directory never runs code from it."""
         final = self.checkpoint_dir / f"step_{step:012d}"
-        tmp = Path(tempfile.mkdtemp(dir=self.checkpoint_dir, prefix=".tmp-"))
-        torch.save({"state": state, "config": self.config.to_dict(), "step": step}, tmp / "state.pt")
-        with open(tmp / "rollout.pkl", "wb") as fh:
-            pickle.dump(rollout_state, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _atomic_write_text(self.checkpoint_dir / "latest", final.name + "\n")
+        tmp = None
+        try:
+            tmp = Path(tempfile.mkdtemp(dir=self.checkpoint_dir, prefix=".tmp-"))
+            torch.save({"state": state, "config": self.config.to_dict(), "step": step}, tmp / "state.pt")
+            state_codec.write(tmp, rollout_state)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _atomic_write_text(self.checkpoint_dir / "latest", final.name + "\n")
+        except OSError as exc:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise ConfigError(f"cannot write a checkpoint in {self.checkpoint_dir}: {_os_reason(exc)}") from None
         for old in sorted(self.checkpoint_dir.glob("step_*"))[: -self.KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
+    def checkpoints(self) -> list[Path]:
+        """Kept checkpoints, newest first: the ``latest`` pointer's target, then the others by step."""
+        try:
+            found = sorted((p for p in self.checkpoint_dir.glob("step_*") if (p / "state.pt").is_file()),
+                           reverse=True)
+        except OSError:
+            return []
+        try:
+            name = (self.checkpoint_dir / "latest").read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            name = None
+        first = [p for p in found if p.name == name]
+        return first + [p for p in found if p.name != name]
+
     def latest_checkpoint(self) -> Path | None:
-        pointer = self.checkpoint_dir / "latest"
-        if not pointer.exists():
-            return None
-        path = self.checkpoint_dir / pointer.read_text().strip()
-        return path if (path / "state.pt").exists() else None
+        found = self.checkpoints()
+        return found[0] if found else None
 
     @staticmethod
-    def load_checkpoint(path: Path) -> tuple[dict, Any]:
-        payload = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-        rollout = None
-        if (path / "rollout.pkl").exists():
-            with open(path / "rollout.pkl", "rb") as fh:
-                rollout = pickle.load(fh)
-        return payload, rollout
+    def load_checkpoint(path: Path, rollout: bool = True) -> tuple[dict, Any]:
+        """(state.pt payload, rollout state or None); CheckpointError (one line) when either is unreadable.
+        ``rollout=False`` (evaluation) never opens the rollout files."""
+        try:
+            payload = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any damage to the file: torch raises many kinds
+            raise CheckpointError(f"{path.name}/state.pt is unreadable ({_reason(exc)})") from None
+        if type(payload) is not dict or type(payload.get("state")) is not dict or type(payload.get("step")) is not int:
+            raise CheckpointError(f"{path.name}/state.pt is not an echo-rl checkpoint (no state and step)")
+        if not rollout:
+            return payload, None
+        if not (path / state_codec.JSON_NAME).exists():
+            if (path / "rollout.pkl").exists():
+                raise CheckpointError(f"{path.name} was written by an older echo-rl: its rollout.pkl is a pickle, "
+                                      f"which is never loaded (it could run code); `echo-rl eval` still reads its "
+                                      f"weights, resuming needs a checkpoint from this version")
+            raise CheckpointError(f"{path.name} has no {state_codec.JSON_NAME} (its envs mid-episode)")
+        try:
+            return payload, state_codec.read(path)
+        except state_codec.UntrustedState as exc:
+            raise CheckpointError(f"{path.name}: rollout state refused: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - damaged data, whatever the parser raised
+            raise CheckpointError(f"{path.name}: rollout state is unreadable ({_reason(exc)})") from None
+
+    def load_newest(self, apply: Callable[[dict, Any], None], rollout: bool = True) -> Path:
+        """Load the newest checkpoint that loads: ``apply(payload, rollout_state)`` for it; an unreadable newer
+        one is skipped with one line on stderr. ConfigError (one line, each reason) when none loads."""
+        found = self.checkpoints()
+        if not found:
+            raise ConfigError(f"no checkpoint in {self.checkpoint_dir}")
+        failures = []
+        for path in found:
+            try:
+                apply(*self.load_checkpoint(path, rollout=rollout))
+            except Exception as exc:  # noqa: BLE001 - a checkpoint that does not fit the agent is unreadable too
+                failures.append(str(exc) if isinstance(exc, ConfigError) else f"{path.name}: {_reason(exc)}")
+                continue
+            if failures:
+                print(f"echo-rl: skipped {len(failures)} newer checkpoint(s) ({'; '.join(failures)}); "
+                      f"loaded {path.name}", file=sys.stderr)
+            return path
+        raise ConfigError(f"no checkpoint in {self.checkpoint_dir} loads: {'; '.join(failures)}")
 
     @staticmethod
-    def config_of(run_dir: str | os.PathLike) -> TrainingConfig:
-        path = Path(run_dir) / "config.yaml"
-        if not path.exists():
-            raise ConfigError(f"--resume needs a run directory with config.yaml; {path} does not exist")
-        return TrainingConfig.load_yaml(path)
+    def config_of(run_dir: str | os.PathLike, flag: str = "--resume") -> TrainingConfig:
+        """The saved config of a run directory; ``flag`` names the option in the error."""
+        root = Path(run_dir)
+        path = root / "config.yaml"
+        try:
+            if not root.exists():
+                raise ConfigError(f"{flag} {run_dir}: no such run directory")
+            if not root.is_dir():
+                raise ConfigError(f"{flag} {run_dir} is a file, not a run directory")
+            if not path.is_file():
+                raise ConfigError(f"{flag} {run_dir} is not a run directory: it has no config.yaml")
+            return TrainingConfig.load_yaml(path)
+        except OSError as exc:
+            raise ConfigError(f"{flag} {run_dir}: cannot read {path}: {_os_reason(exc)}") from None
 
     # -- outputs --------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:

@@ -203,14 +203,22 @@ class EchoRLTrainer:
         if self.resume and ckpt is None:
             raise ConfigError(f"--resume: no checkpoint in {self.run.checkpoint_dir}")
         self.build_agent(device)
-        self.run.create()
-        if not self.resume:
-            return 0
-        payload, rollout = self.run.load_checkpoint(ckpt)
-        self.agent.load_state_dict(payload["state"])
-        if rollout is not None:
-            self.agent.load_rollout_state(rollout)
-        return int(payload["step"])
+        try:
+            self.run.create()
+            if not self.resume:
+                return 0
+            loaded = {}
+
+            def apply(payload: dict, rollout: Any) -> None:
+                self.agent.load_state_dict(payload["state"])
+                self.agent.load_rollout_state(rollout)
+                loaded["step"] = payload["step"]
+
+            self.run.load_newest(apply)
+        except BaseException:
+            self.agent.close()
+            raise
+        return int(loaded["step"])
 
     def _checkpoint(self) -> None:
         self.run.save_checkpoint(self.agent.env_steps, self.agent.state_dict(), self.agent.rollout_state())
