@@ -476,20 +476,30 @@ class LearnerClient:
         sock.settimeout(None)
         return self
 
-    def _lost(self) -> bool:
-        """True when the server has closed this connection (it sends nothing unasked but an ERROR)."""
-        try:
-            return self._sock is None or self._sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) is not None
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError:
-            return True
-
     def _reconnect_if_lost(self) -> None:
-        """An idle learner is dropped by the server after its idle_timeout: reconnect before the next request."""
-        if self._lost():
-            self.close()
-            self.connect()
+        """Before a request: the server sends nothing unasked but an ERROR before it closes. A retryable
+        one (dropped for idling) means reconnect; any other is raised as before."""
+        try:
+            peek = self._sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            raise ConnectionError(f"replay server connection lost: {exc}") from exc
+        if not peek:
+            raise ConnectionError("replay server closed the connection")
+        self._sock.settimeout(5.0)
+        try:
+            ftype, _, count, _ = P.unpack_header(_recv_exact(self._sock, P.HEADER_SIZE))
+            body = P.parse_json(ftype, _recv_exact(self._sock, count)) if ftype == P.ERROR else {}
+        finally:
+            self._sock.settimeout(None)
+        if ftype != P.ERROR:
+            raise ReplayServerError(f"unexpected {P.TYPE_NAMES[ftype]} frame from the server")
+        err = _error(body, "replay server closed the connection")
+        if not isinstance(err, ReplayServerBusy):
+            raise err
+        self.close()
+        self.connect()
 
     def __enter__(self) -> "LearnerClient":
         return self.connect()
