@@ -212,14 +212,26 @@ class PerformanceMonitor:
         self._summary = self._summarize(final)
         return dict(self._summary)
 
-    def _summarize(self, final: dict[str, float]) -> dict[str, float]:
+    def get_metrics(self) -> dict[str, float]:
+        """The summary so far (as :meth:`stop_monitoring` returns it) while sampling goes on; after a stop,
+        the final summary. Feeds ``MetricsCollector.collect_metrics(monitor.get_metrics())``."""
+        if self._thread is None:
+            if self._summary is not None:
+                return dict(self._summary)
+            raise RuntimeError("PerformanceMonitor was not started; call start_monitoring() first")
+        now = self._sample(self._proc)  # not kept: the sampler thread owns the sample list
+        summary = self._summarize(now, [*self.samples, now])
+        return summary
+
+    def _summarize(self, final: dict[str, float], samples: list[dict[str, float]] | None = None) -> dict[str, float]:
         wall = final["time_s"]
         out = {"wall_time_s": wall, "cpu_time_s": final["cpu_time_s"],
                "cpu_utilization": final["cpu_time_s"] / wall if wall > 0 else 0.0,
-               "num_samples": float(len(self.samples))}
-        keys = sorted({k for row in self.samples for k in row} - {"time_s", "cpu_time_s"})
+               "num_samples": float(len(self.samples if samples is None else samples))}
+        samples = self.samples if samples is None else samples
+        keys = sorted({k for row in samples for k in row} - {"time_s", "cpu_time_s"})
         for key in keys:
-            vals = [row[key] for row in self.samples if key in row]
+            vals = [row[key] for row in samples if key in row]
             out[f"{key}_mean"] = sum(vals) / len(vals)
             out[f"{key}_peak"] = max(vals)
         return out
