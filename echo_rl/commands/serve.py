@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 NAME = "serve"
 HELP = "serve a local backbone (checkpoint path or tiny preset) behind an OpenAI-compatible HTTP API"
@@ -31,6 +32,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port={args.port} is invalid: must be in [0, 65535]")
     if args.default_max_tokens < 1:
         raise ConfigError(f"--default-max-tokens={args.default_max_tokens} is invalid: must be >= 1")
+    from echo_rl.models.loader import backbone_names
+    from echo_rl.models.local import check_checkpoint_dir
+
+    if args.backbone not in backbone_names() and not args.backbone.startswith("tiny:"):
+        # not a name: a checkpoint directory, checked here so a typo is "does not exist", not "unknown backbone"
+        try:
+            check_checkpoint_dir(Path(args.backbone).expanduser())
+        except ConfigError as exc:
+            raise ConfigError(f"--backbone={args.backbone!r} is invalid: {exc}") from None
     backbone = load_backbone(args.backbone, device=args.device, dtype=args.dtype, max_context=args.max_context)
     if not isinstance(backbone, LocalBackbone):
         raise ConfigError(f"--backbone={args.backbone!r} is invalid: serve needs a local checkpoint directory or "

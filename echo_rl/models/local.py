@@ -10,6 +10,7 @@ re-tokenization. Reported log-probs are those of the model's distribution
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -55,6 +56,41 @@ def pick_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                   "sentencepiece.bpe.model", "tokenizer.tiktoken")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def check_checkpoint_dir(path: Path) -> None:
+    """Fail fast, in one line, on a directory that cannot be served: before, a missing tokenizer was
+    accepted (every prompt then encoded to nothing) and missing weights surfaced as a traceback."""
+    where = repr(str(path))
+    if not path.exists():
+        raise ConfigError(f"checkpoint directory {where} does not exist")
+    if not path.is_dir():
+        raise ConfigError(f"backbone path {where} is not a checkpoint directory (it is a file)")
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"backbone path {where} is not a checkpoint directory (no config.json)")
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise ConfigError(f"checkpoint {where} has no tokenizer: expected one of {', '.join(TOKENIZER_FILES)} "
+                          "next to config.json")
+    if not any((path / f).is_file() for f in WEIGHT_FILES):
+        raise ConfigError(f"checkpoint {where} has no weights: expected one of {', '.join(WEIGHT_FILES)}")
+
+
+@contextlib.contextmanager
+def _load_errors(path: Path, what: str) -> Iterator[None]:
+    """Turn a loader's exception (a corrupt safetensors header, a truncated shard) into a one-line ConfigError."""
+    try:
+        yield
+    except (ImportError, MemoryError, ConfigError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the loaders raise many types; the message names the cause
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise ConfigError(f"checkpoint {str(path)!r}: cannot load its {what}: {type(exc).__name__}: {first}") from None
+
+
 class LocalBackbone(Backbone):
     """Any causal LM saved as a transformers checkpoint directory (local files only)."""
 
@@ -65,15 +101,23 @@ class LocalBackbone(Backbone):
         torch = require("torch", "llm")
         transformers.utils.logging.disable_progress_bar()
         path = Path(path).expanduser()
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"backbone path {str(path)!r} is not a checkpoint directory (no config.json)")
+        check_checkpoint_dir(path)
         self.path = path
         self.name = name or path.name
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(path), local_files_only=True, dtype=self.dtype).to(self.device).eval()
+        with _load_errors(path, "tokenizer"):
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        if not self.tokenizer("hello world", add_special_tokens=False)["input_ids"]:
+            raise ConfigError(f"checkpoint {str(path)!r}: its tokenizer encodes text to no tokens (a broken or "
+                              "missing tokenizer.json / vocabulary)")
+        with _load_errors(path, "weights"):
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(path), local_files_only=True, dtype=self.dtype).to(self.device).eval()
+        rows = self.model.get_input_embeddings().weight.shape[0]
+        if len(self.tokenizer) > rows:
+            raise ConfigError(f"checkpoint {str(path)!r}: the tokenizer has {len(self.tokenizer)} tokens but the "
+                              f"model's embedding has {rows} rows (tokenizer and weights do not belong together)")
         cfg_ctx = getattr(self.model.config, "max_position_embeddings", None) or 2048
         self.max_context = int(max_context or cfg_ctx)
         eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
