@@ -6,9 +6,13 @@ itself; Anthropic's and Google's documented OpenAI-compatibility endpoints;
 DeepSeek's API; Llama-4 and Qwen on Together AI or Alibaba DashScope; vLLM,
 SGLang, Ollama and ``echo-rl serve`` locally). The ``openai`` package is
 already a dependency, is maintained by the API's owner, and brings what this
-layer needs: timeouts, retries with exponential backoff and jitter on
-408/409/429/5xx and connection errors (honouring ``Retry-After``), typed
-errors and streaming. LiteLLM would add a large, fast-moving dependency tree to
+layer needs: timeouts, typed errors and streaming. Retries are ours
+(:meth:`APIBackbone._call`), not the SDK's: the SDK retries every 5xx up to
+``max_retries`` times, so a request the server fails deterministically (a
+500 it will answer again) was sent six times; here a 4xx other than
+408/409/429 is never retried, a 5xx at most :data:`MAX_5XX_RETRIES` times,
+and ``x-should-retry: false`` (which ``echo-rl serve`` sends on its 500s)
+stops at once. LiteLLM would add a large, fast-moving dependency tree to
 translate between formats we do not need to translate. The price is the
 compatibility layers' limits (Anthropic's ignores ``logprobs`` and ``seed`` and
 caps temperature at 1); they are documented in docs/backbones.md.
@@ -16,7 +20,9 @@ caps temperature at 1); they are documented in docs/backbones.md.
 
 from __future__ import annotations
 
+import email.utils
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -55,6 +61,30 @@ ALIASES: dict[str, tuple[str, str]] = {
     "qwen": ("together", "Qwen/Qwen2.5-72B-Instruct-Turbo"),
     "deepseek-r1": ("deepseek", "deepseek-reasoner"),
 }
+
+
+RETRY_STATUSES = (408, 409, 429)  # transient by definition: timeout, conflict, rate limit
+MAX_5XX_RETRIES = 2  # a 5xx may be deterministic (the server fails this request every time): retry it little
+BACKOFF_INITIAL, BACKOFF_MAX, RETRY_AFTER_MAX = 0.5, 8.0, 60.0  # seconds (the SDK's schedule)
+
+
+def retry_after(headers: Any) -> float | None:
+    """The server's ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date), if in (0, 60] seconds."""
+    try:
+        if headers.get("retry-after-ms") is not None:
+            delay = float(headers["retry-after-ms"]) / 1000
+        elif headers.get("retry-after") is not None:
+            value = headers["retry-after"]
+            try:
+                delay = float(value)
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(value)
+                delay = when.timestamp() - time.time()
+        else:
+            return None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return delay if 0 < delay <= RETRY_AFTER_MAX else None
 
 
 class RateLimiter:
@@ -112,9 +142,10 @@ class APIBackbone(Backbone):
     """A chat model behind an OpenAI-compatible HTTP API.
 
     The constructor sends nothing; a missing key fails here, before any
-    request. ``max_retries`` and ``timeout`` go to the SDK, which retries
-    transient failures with exponential backoff; ``requests_per_minute``
-    throttles on our side so a sweep stays under the provider's limit.
+    request. ``timeout`` goes to the SDK; ``max_retries`` bounds our retries
+    of transient failures (see :meth:`_call`; a 4xx is never retried);
+    ``requests_per_minute`` throttles on our side so a sweep stays under the
+    provider's limit.
     """
 
     def __init__(self, model: str, *, provider: str = "openai", base_url: str | None = None,
@@ -143,14 +174,17 @@ class APIBackbone(Backbone):
         self.prices = prices if isinstance(prices, PriceTable) else PriceTable(prices)
         self.local_server = provider == "openai-compatible"
         self._limiter = RateLimiter(requests_per_minute) if requests_per_minute else None
-        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
+        self.max_retries = max_retries
+        self._openai = openai
+        self._sleep: Callable[[float], None] = time.sleep
+        self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
 
     # -- helpers -------------------------------------------------------------
     def _model_id(self) -> str:
         if self.model:
             return self.model
         # an openai-compatible URL without a model name: use the server's first model (first call only)
-        models = self._client.models.list().data
+        models = self._call(self._client.models.list).data
         if not models:
             raise ConfigError(f"the server at {self.base_url} lists no models")
         self.model = models[0].id
@@ -178,6 +212,42 @@ class APIBackbone(Backbone):
         if self._limiter is not None:
             self._limiter.acquire()
 
+    def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """``fn(**kwargs)`` (one SDK request), retried only where a retry can help.
+
+        Connection errors, timeouts and 408/409/429: up to ``max_retries``
+        times; 5xx: at most ``MAX_5XX_RETRIES`` of those; any other 4xx, or a
+        response saying ``x-should-retry: false``: never. The wait is the
+        server's ``Retry-After`` when given, else exponential backoff with jitter.
+        """
+        openai = self._openai
+        attempts = fives = 0
+        while True:
+            self._throttle()
+            try:
+                return fn(**kwargs)
+            except openai.APIStatusError as exc:
+                headers = exc.response.headers
+                hint = (headers.get("x-should-retry") or "").lower()
+                status = exc.status_code
+                if attempts >= self.max_retries or hint == "false":
+                    raise
+                if status >= 500 and hint != "true":
+                    if fives >= MAX_5XX_RETRIES:
+                        raise
+                    fives += 1
+                elif status not in RETRY_STATUSES and hint != "true":
+                    raise  # a bad request stays bad: never resent
+                delay = retry_after(headers)
+            except openai.APIConnectionError:  # includes APITimeoutError
+                if attempts >= self.max_retries:
+                    raise
+                delay = None
+            attempts += 1
+            if delay is None:
+                delay = min(BACKOFF_INITIAL * 2 ** (attempts - 1), BACKOFF_MAX) * (1 - 0.25 * random.random())
+            self._sleep(delay)
+
     # -- protocol --------------------------------------------------------------
     def chat(self, messages: Sequence[Message], **sampling: Any) -> Completion:
         p = SamplingParams(**sampling)
@@ -186,8 +256,7 @@ class APIBackbone(Backbone):
             args["logprobs"] = True
             if p.top_logprobs:
                 args["top_logprobs"] = p.top_logprobs
-        self._throttle()
-        resp = self._client.chat.completions.create(messages=check_messages(messages), **args)
+        resp = self._call(self._client.chat.completions.create, messages=check_messages(messages), **args)
         choice = resp.choices[0]
         logprobs = None
         content = getattr(getattr(choice, "logprobs", None), "content", None)
@@ -205,8 +274,7 @@ class APIBackbone(Backbone):
         args["max_tokens"] = args.pop("max_completion_tokens", p.max_tokens)
         if p.logprobs:
             args["logprobs"] = max(1, p.top_logprobs)
-        self._throttle()
-        resp = self._client.completions.create(prompt=prompt, **args)
+        resp = self._call(self._client.completions.create, prompt=prompt, **args)
         choice = resp.choices[0]
         logprobs = None
         lp = getattr(choice, "logprobs", None)
@@ -221,9 +289,8 @@ class APIBackbone(Backbone):
     def stream_chat(self, messages: Sequence[Message], **sampling: Any) -> Iterator[str | Completion]:
         p = SamplingParams(**sampling)
         args = self._request_args(p)
-        self._throttle()
-        stream = self._client.chat.completions.create(messages=check_messages(messages), stream=True,
-                                                      stream_options={"include_usage": True}, **args)
+        stream = self._call(self._client.chat.completions.create, messages=check_messages(messages), stream=True,
+                            stream_options={"include_usage": True}, **args)
         parts: list[str] = []
         finish, usage_obj, model = "stop", None, self.model
         for chunk in stream:
