@@ -34,7 +34,7 @@ import time
 STATUSES = ("passed", "failed", "error", "timeout", "crashed")
 FILE_SIZE_LIMIT = 1 << 20
 OPEN_FILES_LIMIT = 64
-MAX_REPORT_BYTES = 4 << 20
+MAX_REPORT_BYTES = 8 << 20  # a 1,000,000-character repr, JSON-escaped, fits
 MAX_DETAIL = 2000
 MAX_VALUE = 1_000_000
 SCRATCH = ("/tmp", "/dev/shm")

@@ -215,7 +215,10 @@ def score_extracted(samples: list[dict], answers: list[str], task: str,
     runnable = [j for j in jobs if j is not None]
     if runnable and pool is None:
         raise ValueError("the CRUXEval input task runs f in the sandbox: pass a SandboxPool")
-    runs = iter(pool.run_many([c for c, _ in runnable], results=[e for _, e in runnable]) if runnable else [])
+    if len(runnable) == 1:  # one answer (an env step): skip the thread pool
+        runs = iter([pool.run(runnable[0][0], result=runnable[0][1])])
+    else:
+        runs = iter(pool.run_many([c for c, _ in runnable], results=[e for _, e in runnable]) if runnable else [])
     return [_judge_run(s, next(runs)) if j is not None else ExecResult("error", answer_problem(a, task))
             for s, a, j in zip(samples, answers, jobs)]
 
