@@ -351,12 +351,19 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
     from echo_rl.models import load_backbone
     from echo_rl.models.local import ContextLengthError
 
-    env = _make_text_env(ctx)
+    model = None
+    if ctx.cell.backbone != EXPERT:  # before the env: a missing API key skips the cell without building it
+        try:
+            model = load_backbone(ctx.cell.backbone)
+        except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
+            raise MethodUnavailable(str(exc)) from None
     try:
-        model = expert_backbone(env) if ctx.cell.backbone == EXPERT else load_backbone(ctx.cell.backbone)
-    except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
-        _close(env)
-        raise MethodUnavailable(str(exc)) from None
+        env = _make_text_env(ctx)
+    except BaseException:
+        _close(model)
+        raise
+    if model is None:
+        model = expert_backbone(env)
     bot = build_agent(agent, model, task=ctx.cell.task if ctx.cell.task in _TEXT_AGENT_TASKS else None)
     episodes, errors = [], []
     try:
