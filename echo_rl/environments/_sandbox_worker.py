@@ -50,7 +50,7 @@ def _drop_privileges(uid, gid):
         raise SystemExit(f"sandbox worker: could not become uid {uid}")
     try:
         os.setuid(0)
-    except PermissionError:
+    except OSError:  # EPERM; EINVAL in a user namespace, where uid 0 is not even mapped
         pass
     else:
         raise SystemExit("sandbox worker: could regain uid 0")
