@@ -131,6 +131,10 @@ class _Worker:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                          start_new_session=True, cwd="/", close_fds=True, pass_fds=(info_w,),
                                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        except OSError as exc:
+            os.close(info_r)
+            self.stderr.close()
+            raise SandboxUnavailable(f"could not run {cmd[0]} ({exc}); {INSTALL_HINT}") from None
         finally:
             os.close(info_w)
         try:

@@ -174,3 +174,12 @@ def test_missing_bubblewrap_is_a_clear_refusal(monkeypatch):
     monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
     with pytest.raises(SandboxUnavailable, match="apt-get install -y bubblewrap"):
         SandboxPool(workers=1).start()
+
+
+def test_a_bubblewrap_that_cannot_sandbox_is_a_clear_refusal(monkeypatch, tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: str(fake))
+    with pytest.raises(SandboxUnavailable, match="No permissions to create new namespace.*bubblewrap"):
+        SandboxPool(workers=2).start()
