@@ -121,3 +121,11 @@ def test_malformed_data_file_names_the_line(tmp_path):
         load_samples(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="facebookresearch/cruxeval"):
         load_samples(str(tmp_path / "absent"))
+
+
+def test_input_task_refuses_to_start_without_the_sandbox(monkeypatch, shared_data):
+    from echo_rl.environments import sandbox
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap"):
+        CRUXEvalEnvironment(CRUXEvalConfig(task="input"))
+    assert CRUXEvalEnvironment(CRUXEvalConfig(task="output")).reset(seed=0)  # the O-task runs nothing
