@@ -84,10 +84,24 @@ def test_engine_greedy_equals_transformers_generate(smollm2):
     assert sum(len(w) for w in want) > 64  # the prompts ask for long replies: real decoding, not one EOS
 
 
-def test_training_resolves_the_name(smollm2_path):
+def test_training_and_benchmark_resolve_the_name(smollm2_path):
     from echo_rl.config import TrainingConfig
+    from echo_rl.evaluation.backbones import check_backbone_name
     from echo_rl.training.lm.loop import load_policy
 
     model, tok = load_policy(NAME, 0)
     assert model.config.model_type == "llama" and tok.chat_template
     assert TrainingConfig(env_name="minigrid", backbone=NAME).text_task
+    check_backbone_name(NAME)
+
+
+def test_served_under_its_name(smollm2):
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    from echo_rl.serve import ModelServer, create_app
+
+    with ModelServer(create_app(smollm2)) as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
+        assert [m["id"] for m in http.get("/models").json()["data"]] == [NAME]
+        r = http.post("/chat/completions", json={"model": NAME, "messages": PARIS, "max_tokens": 16,
+                                                 "temperature": 0})
+        assert r.status_code == 200 and "Paris" in r.json()["choices"][0]["message"]["content"], r.text
