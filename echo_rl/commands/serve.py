@@ -10,7 +10,8 @@ HELP = "serve a local backbone (checkpoint path or tiny preset) behind an OpenAI
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backbone", required=True, help="a checkpoint directory, or tiny / tiny:<preset>")
+    p.add_argument("--backbone", required=True, help="a checkpoint directory, tiny / tiny:<preset>, or "
+                                                     "smollm2-135m (after echo-rl models fetch)")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--model-name", default=None, help="model id clients send (default: the backbone name)")

@@ -27,8 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                   "or a text task (alfworld, webshop, cruxeval, arc)")
     p.add_argument("--agent", help="learning agent (default: ppo; on text tasks ppo is GRPO and echo-rl is "
                                    "ECHO + latent plan)")
-    p.add_argument("--backbone", help="language-model backbone for text tasks: tiny, tiny:<preset> or a local "
-                                      "checkpoint directory (with a MiniGrid task: MiniGrid as text)")
+    p.add_argument("--backbone", help="language-model backbone for text tasks: tiny, tiny:<preset>, smollm2-135m "
+                                      "(the default once fetched) or a local checkpoint directory (with a MiniGrid "
+                                      "task: MiniGrid as text)")
     p.add_argument("--timesteps", type=int, help="environment steps to train for (TrainingConfig.total_timesteps; "
                                                  "text tasks: turns)")
     p.add_argument("--num-actors", type=int, help="parallel environments / actors")
