@@ -78,10 +78,11 @@ def test_benchmark_runs_the_registered_baseline_and_react(tmp_path):
                           generate_report=False)
     summary = asyncio.run(EchoRLBenchmark(cfg).run_benchmark())
     assert summary["ok"] == 3 and summary["failed"] == summary["skipped"] == 0
-    records = {r["method"]: r for r in (json.loads(p.read_text()) for p in (tmp_path / "bench").rglob("cells/**/*.json"))}
+    files = (tmp_path / "bench").rglob("cells/**/*.json")
+    records = {r["method"]: r for r in (json.loads(p.read_text()) for p in files)}
     assert records["custom_baseline"]["metrics"]["success_at_1"] == 1.0  # the backbone reads the word back
     assert records["react"]["metrics"]["success_at_1"] == 1.0
-    assert records["random"]["metrics"]["success_at_1"] < 1.0 or records["random"]["metrics"]["num_episodes"] == 4
+    assert records["random"]["metrics"]["num_episodes"] == 4  # uniform over the 4 words: a real floor
 
 
 def test_cli_benchmark_and_eval_load_the_plugin(tmp_path, monkeypatch, capsys):
