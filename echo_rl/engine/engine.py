@@ -36,6 +36,7 @@ from echo_rl.engine.model_runner import PackedModelRunner, Segment, SequenceKV
 from echo_rl.engine.radix_cache import KVCacheManager, PrefixMatch
 from echo_rl.engine.sampling import SamplingParams, choose_token
 from echo_rl.engine.scheduler import RequestScheduler
+from echo_rl.engine.session import EngineFrontend, EpisodeSession  # noqa: F401 - re-exported
 from echo_rl.kernels.sequence import prefix_match
 
 # Wait for an in-flight prefill instead of recomputing a shared prefix when it is at least this long
@@ -55,7 +56,7 @@ class RequestFailedError(RuntimeError):
     """This request failed inside the engine; the others kept running."""
 
 
-def _int_list(values: Sequence[int], name: str) -> list[int]:
+def int_list(values: Sequence[int], name: str) -> list[int]:
     """``values`` as Python ints; floats, bools and strings are a ValueError naming ``name``."""
     out = []
     for t in values:
@@ -115,34 +116,6 @@ class _Sequence:
     @property
     def prefilled(self) -> bool:
         return self.kv.length >= self.req.num_inputs
-
-
-class EngineFrontend:
-    """Episode sessions over any engine that has ``generate`` and ``bandwidth_tracker`` (the backend seam)."""
-
-    _episodes: dict
-
-    def episode(self, episode_id: Any, prompt_ids: Sequence[int] = (), role: str = "template") -> "EpisodeSession":
-        """The session of ``episode_id`` (created with ``prompt_ids`` on first use)."""
-        if episode_id not in self._episodes:
-            self._episodes[episode_id] = EpisodeSession(self, episode_id)
-            if prompt_ids:
-                self._episodes[episode_id].append(prompt_ids, role)
-        return self._episodes[episode_id]
-
-    async def submit_rollout(self, episode_id: Any, new_token_ids: Sequence[int], *, role: str = "env_output",
-                             **generate_kwargs) -> "GenerationResult":
-        """One turn of an episode: append ``new_token_ids`` (the observation) to its history, then act."""
-        session = self.episode(episode_id)
-        session.append(new_token_ids, role)
-        return await session.generate(**generate_kwargs)
-
-    def end_episode(self, episode_id: Any) -> "EpisodeSession":
-        """Forget the session (its history stays in the prefix cache until evicted)."""
-        try:
-            return self._episodes.pop(episode_id)
-        except KeyError:
-            raise KeyError(f"episode_id={episode_id!r} has no open session") from None
 
 
 class AsyncExecutionEngine(EngineFrontend):
@@ -234,7 +207,7 @@ class AsyncExecutionEngine(EngineFrontend):
         """
         if self._task is None or self._stopping:
             raise EngineClosedError("engine is not running: call `await engine.start()` or use `async with engine`")
-        prompt = _int_list(prompt_ids, "prompt_ids")
+        prompt = int_list(prompt_ids, "prompt_ids")
         bad = next((t for t in prompt if not 0 <= t < self.runner.vocab_size), None)
         if bad is not None:
             raise ValueError(f"prompt_ids contains token {bad}: allowed 0..{self.runner.vocab_size - 1}")
@@ -249,7 +222,7 @@ class AsyncExecutionEngine(EngineFrontend):
             plan = plan.detach().to(self.device, self.runner.dtype)
         if not prompt and plan is None:
             raise ValueError("prompt_ids is empty: need at least one token (or plan_embeddings)")
-        stops = self.default_stop_ids if stop_token_ids is None else tuple(_int_list(stop_token_ids,
+        stops = self.default_stop_ids if stop_token_ids is None else tuple(int_list(stop_token_ids,
                                                                                      "stop_token_ids"))
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                 top_k=top_k, stop_token_ids=stops, seed=seed)
@@ -548,47 +521,3 @@ class AsyncExecutionEngine(EngineFrontend):
                                 prompt_length=req.num_inputs, cached_length=seq.match.length,
                                 queue_time=seq.admitted - req.arrival, latency=now - req.arrival,
                                 policy_versions=list(seq.versions))
-
-
-class EpisodeSession:
-    """One multi-turn episode: its token history, per-token roles and behaviour log-probs.
-
-    Tokens are appended exactly as sampled (never decoded and re-tokenized), so
-    each turn's prompt extends the previous one and the cache serves it.
-    """
-
-    def __init__(self, engine: AsyncExecutionEngine, episode_id: Any):
-        self.engine, self.episode_id = engine, episode_id
-        self.token_ids: list[int] = []
-        self.roles: list[str] = []
-        self.behavior_logprobs: list[float | None] = []
-        self.policy_versions: list[int | None] = []
-        self.results: list[GenerationResult] = []
-
-    def append(self, token_ids: Sequence[int], role: str = "env_output") -> None:
-        ids = [int(t) for t in token_ids]
-        self.token_ids += ids
-        self.roles += [role] * len(ids)
-        self.behavior_logprobs += [None] * len(ids)
-        self.policy_versions += [None] * len(ids)
-
-    def record_reward(self, reward: float, done: bool = False) -> float:
-        """Account the last turn's reward against the bandwidth it cost (feeds eta_bw); returns its b_eff.
-
-        The turn's cost is that of its prompt with the prefix the cache served.
-        """
-        if not self.results:
-            raise ValueError("record_reward: the episode has no generated turn yet")
-        last = self.results[-1]
-        return self.engine.bandwidth_tracker.record_rollout_step(
-            reward, last.prompt_length, last.cached_length, episode_end=done)
-
-    async def generate(self, **kwargs) -> GenerationResult:
-        """Act on the whole history; the sampled tokens join it with role ``action``."""
-        result = await self.engine.generate(self.token_ids, **kwargs)
-        self.token_ids += result.token_ids
-        self.roles += ["action"] * len(result.token_ids)
-        self.behavior_logprobs += result.logprobs
-        self.policy_versions += result.policy_versions
-        self.results.append(result)
-        return result

@@ -26,7 +26,8 @@ import torch
 
 from echo_rl.config import BandwidthConfig, ExecutionConfig
 from echo_rl.core.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.engine.engine import ContextLengthError, EngineClosedError, EngineFrontend, GenerationResult
+from echo_rl.engine.engine import ContextLengthError, EngineClosedError, EngineFrontend, GenerationResult, int_list
+from echo_rl.engine.sampling import SamplingParams
 from echo_rl.engine.metrics import EngineMetrics
 from echo_rl.engine.radix_cache import KVCacheManager
 from echo_rl.engine.scheduler import RequestScheduler
@@ -140,11 +141,14 @@ class VLLMExecutionEngine(EngineFrontend):
         if plan_embeddings is not None:
             raise NotImplementedError("plan_embeddings are not supported on the vLLM backend "
                                       "(use the local AsyncExecutionEngine for latent-plan soft prefixes)")
-        prompt = [int(t) for t in prompt_ids]
+        prompt = int_list(prompt_ids, "prompt_ids")
         if not prompt:
             raise ValueError("prompt_ids is empty: need at least one token")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens!r} is invalid: must be an integer >= 1")
+        # the local engine's checks, so a bad request fails here, alone, on either backend
+        SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                       stop_token_ids=() if stop_token_ids is None else tuple(int_list(stop_token_ids,
+                                                                                        "stop_token_ids")),
+                       seed=seed)
         if len(prompt) + max_new_tokens > self.max_context:
             raise ContextLengthError(
                 f"request needs {len(prompt) + max_new_tokens} positions (prompt {len(prompt)} + max_new_tokens "
