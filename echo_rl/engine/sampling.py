@@ -14,6 +14,7 @@ such as 1e-300 rounds to 0.0 in float32 and would otherwise drop every token.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,14 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):  # numpy scalars and ints become floats; strings stay and fail below
+            value = getattr(self, name)
+            if _is_number(value):
+                object.__setattr__(self, name, float(value))
+        for name in ("max_new_tokens", "top_k", "seed"):  # numpy integers become ints; floats stay and fail below
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                object.__setattr__(self, name, int(value))
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
                 or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens!r} is invalid: must be an integer >= 1")
@@ -62,7 +71,7 @@ class SamplingParams:
 
 
 def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def choose_token(logits: torch.Tensor, params: SamplingParams,
