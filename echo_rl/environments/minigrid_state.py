@@ -168,7 +168,7 @@ def minigrid_snapshot(flat_env) -> dict | None:
                                                           if type(v) in (bool, int, float, str)}}
                     for w in _layers(flat_env.env)]
         snap = {
-            "format": FORMAT, "env_id": spec.id, "kwargs": dict(spec.kwargs), "fast_obs": "gen_obs" in vars(env),
+            "format": FORMAT, "env_id": spec.id, "kwargs": {k: _enc_plain(v) for k, v in spec.kwargs.items()}, "fast_obs": "gen_obs" in vars(env),
             "width": grid.width, "height": grid.height, "cells": [_enc_obj(o, classes, seen) for o in grid.grid],
             "agent_pos": _enc_pos(env.agent_pos), "agent_dir": int(env.agent_dir),
             "carrying": _enc_obj(env.carrying, classes, seen), "step_count": int(env.step_count),
@@ -235,7 +235,7 @@ def restore_minigrid(snap: dict):
         raise ValueError("env snapshot's wrappers differ from the env its id builds")
     for layer, saved in zip(layers, snap["wrappers"]):
         for name, value in saved["attrs"].items():
-            if name.startswith("__") or type(value) not in (bool, int, float, str):
+            if name.startswith("__") or not hasattr(layer, name) or type(value) not in (bool, int, float, str):
                 raise ValueError(f"env snapshot sets wrapper attribute {name!r}")
             setattr(layer, name, value)
     return flat

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from echo_rl.config import ConfigError
+
 FORMAT, VERSION = "echo-rl-rollout", 1
 JSON_NAME, NPZ_NAME, SIG_NAME = "rollout.json", "rollout.npz", "rollout.sig"
 # class name -> module: the only classes a rollout file may instantiate (by name, never by a path from the file)
@@ -37,7 +39,7 @@ _CLASSES = {"VectorRolloutCollector": "echo_rl.training.rollout", "RolloutBuffer
             "EpisodeStats": "echo_rl.training.rollout", "_ActorState": "echo_rl.training.echo_agent"}
 
 
-class UntrustedState(Exception):
+class UntrustedState(ConfigError):
     """Opaque (pickled) data whose signature is missing or does not match this user's run key."""
 
 
