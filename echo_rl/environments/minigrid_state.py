@@ -168,11 +168,13 @@ def minigrid_snapshot(flat_env) -> dict | None:
                                                           if type(v) in (bool, int, float, str)}}
                     for w in _layers(flat_env.env)]
         snap = {
-            "format": FORMAT, "env_id": spec.id, "kwargs": {k: _enc_plain(v) for k, v in spec.kwargs.items()}, "fast_obs": "gen_obs" in vars(env),
+            "format": FORMAT, "env_id": spec.id, "kwargs": {k: _enc_plain(v) for k, v in spec.kwargs.items()},
+            "fast_obs": "gen_obs" in vars(env),
             "width": grid.width, "height": grid.height, "cells": [_enc_obj(o, classes, seen) for o in grid.grid],
             "agent_pos": _enc_pos(env.agent_pos), "agent_dir": int(env.agent_dir),
             "carrying": _enc_obj(env.carrying, classes, seen), "step_count": int(env.step_count),
-            "mission": env.mission, "np_random": rng.state, "np_random_seed": _enc_plain(getattr(env, "_np_random_seed", None)),
+            "mission": env.mission, "np_random": rng.state,
+            "np_random_seed": _enc_plain(getattr(env, "_np_random_seed", None)),
             "extras": extras, "wrappers": wrappers,
         }
         if type(env.mission) is not str:
@@ -206,7 +208,8 @@ def restore_minigrid(snap: dict):
     env_id, kwargs = snap["env_id"], snap["kwargs"]
     if type(env_id) is not str or not env_id.startswith(("MiniGrid-", "BabyAI-")) or type(kwargs) is not dict:
         raise ValueError(f"env snapshot names env {env_id!r}; only MiniGrid-/BabyAI- ids are restored")
-    flat = make_minigrid_env(env_id, fast_obs=bool(snap["fast_obs"]), **{str(k): _dec_plain(v) for k, v in kwargs.items()})
+    kwargs = {str(k): _dec_plain(v) for k, v in kwargs.items()}
+    flat = make_minigrid_env(env_id, fast_obs=bool(snap["fast_obs"]), **kwargs)
     env = flat.unwrapped
     width, height, cells = int(snap["width"]), int(snap["height"]), snap["cells"]
     if not (3 <= width <= 1024 and 3 <= height <= 1024) or len(cells) != width * height:
