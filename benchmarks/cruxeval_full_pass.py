@@ -21,7 +21,7 @@ def main() -> None:
         pool.run("pass")  # worker start-up is not part of the pass
         for task in ("output", "input"):
             t0 = time.perf_counter()
-            ok = score_answers(samples, [reference_answer(s, task) for s in samples], task, pool)
+            ok = score_answers(samples, [reference_answer(s, task, pool) for s in samples], task, pool)
             dt = time.perf_counter() - t0
             wrong = [f"({s['output']}, 'wrong')" if task == "output" else f"f({s['input']}, 'extra argument')"
                      for s in samples]

@@ -36,3 +36,17 @@ def tiny(tiny_path):
     from echo_rl.models.local import LocalBackbone
 
     return LocalBackbone(tiny_path, device="cpu", name="tiny")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_key_home(tmp_path_factory):
+    """Keep the run-signing key (state_codec) of test runs out of the user's ~/.config; CLI children inherit it."""
+    import os
+
+    old = os.environ.get("ECHO_RL_HOME")
+    os.environ["ECHO_RL_HOME"] = str(tmp_path_factory.mktemp("echo_rl_home"))
+    yield
+    if old is None:
+        os.environ.pop("ECHO_RL_HOME", None)
+    else:
+        os.environ["ECHO_RL_HOME"] = old
