@@ -10,6 +10,13 @@ from echo_rl.config import (
     TrainingConfig,
 )
 
+# The floors that own the names a config holds register their rules with echo_rl.config on import (the
+# ground floor imports nothing above it); this package runs before any echo_rl.* import, so they are always in.
+from echo_rl.environments import registry as _tasks  # noqa: E402,F401
+from echo_rl.models import api as _api_models, fetch as _fetched_models  # noqa: E402,F401
+from echo_rl.training import agents as _agents  # noqa: E402,F401
+from echo_rl.utils import tracking as _loggers  # noqa: E402,F401
+
 __version__ = "0.1.0"
 
 

@@ -4,6 +4,10 @@ Every field carries its rule in ``metadata`` (``help``, and optionally ``min``,
 ``max``, ``choices``, ``gt``) so that validation, ``--help`` and the docs all
 read the same source. Invalid values raise :class:`ConfigError` with one line
 naming the field, the value and what is allowed.
+
+This is the ground floor: it imports nothing of ``echo_rl``. Names a config
+holds but an upper floor owns (tasks, agents, loggers, backbones) are checked
+by the rules their owners register here (:func:`register_name_rule`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -400,6 +404,37 @@ class LMConfig(ConfigBase):
                                                               "tiny:<preset>, a local checkpoint or an API model")
 
 
+# -- name rules: registered by the floors that own the names --------------------------------------------------
+# Each owner registers its rule when imported, and ``echo_rl/__init__`` imports every owner; Python runs it
+# before any ``echo_rl.config`` import, so a TrainingConfig is never validated without them.
+NAME_RULES: dict[str, str] = {
+    "task": "task(env_name): raise ConfigError for an unknown task (echo_rl.environments.registry)",
+    "vector_task": "vector_task(env_name) -> bool: a MiniGrid task, else a text task (echo_rl.environments.registry)",
+    "agent": "agent(name): raise ConfigError for an unknown agent (echo_rl.training.agents)",
+    "loggers": "loggers(loggers, tracking): raise ConfigError for unknown loggers/options (echo_rl.utils.tracking)",
+    "default_backbone": "default_backbone() -> (name, None or how to fetch it): text tasks' default backbone "
+                        "(echo_rl.models.fetch)",
+    "api_backbone": "api_backbone(name) -> bool: an API model, which has no weights to train (echo_rl.models.api)",
+}
+_name_rules: dict[str, Callable[..., Any]] = {}
+
+
+def register_name_rule(rule: str, fn: Callable[..., Any]) -> None:
+    """Install the owner's rule for names a config holds (:data:`NAME_RULES`); registering again replaces it."""
+    if rule not in NAME_RULES:
+        raise ValueError(f"unknown name rule {rule!r}; allowed: {', '.join(NAME_RULES)}")
+    if not callable(fn):
+        raise TypeError(f"name rule {rule!r} must be callable, got {type(fn).__name__}")
+    _name_rules[rule] = fn
+
+
+def name_rule(rule: str) -> Callable[..., Any]:
+    if rule not in _name_rules:
+        raise RuntimeError(f"no {rule!r} name rule is registered ({NAME_RULES[rule]}); it registers on import "
+                           f"of its owner, which 'import echo_rl' imports")
+    return _name_rules[rule]
+
+
 @dataclass
 class TrainingConfig(ConfigBase):
     """One training run (``echo_rl.training.trainer``); a run is a function of (config, seed).
@@ -459,18 +494,12 @@ class TrainingConfig(ConfigBase):
     @property
     def text_task(self) -> bool:
         """Trained as a language-model agent: a text-only task, or MiniGrid with a backbone (as text)."""
-        from echo_rl.environments.registry import minigrid_id
-
-        return minigrid_id(self.env_name) is None or self.backbone is not None
+        return not name_rule("vector_task")(self.env_name) or self.backbone is not None
 
     def validate(self) -> None:
-        from echo_rl.environments.registry import check_task_name
-        from echo_rl.training.agents import check_agent_name
-        from echo_rl.utils.tracking import check_loggers
-
-        check_task_name(self.env_name)
-        check_agent_name(self.agent)
-        check_loggers(self.loggers, self.tracking)
+        name_rule("task")(self.env_name)
+        name_rule("agent")(self.agent)
+        name_rule("loggers")(self.loggers, self.tracking)
         if self.text_task:
             self._validate_text()
         if not (self.device == "cpu" or self.device == "mps" or self.device.startswith("cuda")):
@@ -484,16 +513,13 @@ class TrainingConfig(ConfigBase):
 
     def _validate_text(self) -> None:
         if self.backbone is None:  # the registered pretrained model is the default, once fetched
-            from echo_rl.models.fetch import DEFAULT_TEXT_BACKBONE as default, fetch_hint, is_fetched
-
-            if not is_fetched(default):
+            default, fetch_hint = name_rule("default_backbone")()
+            if fetch_hint is not None:
                 self._fail("backbone", None, f"text task {self.env_name!r} needs a language-model backbone: tiny, "
                                              f"tiny:<preset>, a local checkpoint directory or {default} (the "
-                                             f"default once fetched: {fetch_hint(default)})")
+                                             f"default once fetched: {fetch_hint})")
             self.backbone = default
-        from echo_rl.models.api import resolve_api_name
-
-        if resolve_api_name(self.backbone) is not None or self.backbone.startswith(("http://", "https://")):
+        if name_rule("api_backbone")(self.backbone):
             self._fail("backbone", self.backbone, "an API model has no weights to train; training supports tiny, "
                                                   "tiny:<preset> or a local checkpoint directory (API models run "
                                                   "in echo-rl benchmark / the react and tot agents)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, register_name_rule
 
 DEFAULT_MINIGRID_ID = "MiniGrid-DoorKey-5x5-v0"
 TEXT_TASKS = ("alfworld", "webshop", "cruxeval", "arc", "minigrid")
@@ -101,3 +101,12 @@ def _import_text_env(name: str) -> None:
         if exc.name and exc.name.startswith("echo_rl"):
             return
         raise
+
+
+def is_vector_task(task: str) -> bool:
+    """A MiniGrid task (small vector policies); any other task is a text task."""
+    return minigrid_id(task) is not None
+
+
+register_name_rule("task", check_task_name)  # TrainingConfig(env_name=...) is checked against this registry
+register_name_rule("vector_task", is_vector_task)

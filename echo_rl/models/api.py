@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, register_name_rule
 from echo_rl.models.backbone import (Backbone, Completion, Message, SamplingParams, TokenLogprob, Usage,
                                      check_messages)
 from echo_rl.models.pricing import PriceTable
@@ -126,6 +126,14 @@ def resolve_api_name(name: str) -> tuple[str, str] | None:
         if provider in PROVIDERS and model:
             return provider, model
     return None
+
+
+def is_api_backbone(name: str) -> bool:
+    """An API model (an alias, provider/model, or an endpoint URL): it has no weights to train."""
+    return resolve_api_name(name) is not None or name.startswith(("http://", "https://"))
+
+
+register_name_rule("api_backbone", is_api_backbone)  # TrainingConfig refuses to train these
 
 
 def find_api_key(provider: str, key_env: str | None = None) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, register_name_rule
 from echo_rl.utils.optional import require
 
 MODEL_DIR_ENV_VAR = "ECHO_RL_MODEL_DIR"
@@ -140,6 +140,15 @@ def resolve_model(name: str) -> Path | None:
 def is_fetched(name: str) -> bool:
     path = model_dir() / name
     return name in MODELS and path.exists() and check_copy(path, MODELS[name]) is None
+
+
+def default_text_backbone() -> tuple[str, str | None]:
+    """(the text tasks' default backbone, None once it is fetched else how to fetch it): TrainingConfig's rule."""
+    name = DEFAULT_TEXT_BACKBONE
+    return name, None if is_fetched(name) else fetch_hint(name)
+
+
+register_name_rule("default_backbone", default_text_backbone)
 
 
 @contextlib.contextmanager

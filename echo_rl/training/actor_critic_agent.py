@@ -1,6 +1,6 @@
 """Scaffolding shared by the on-policy vector agents (PPO, IMPALA).
 
-Agent interface shared by every vector agent (see ``echo_rl.training.agents``):
+The trainer's agent protocol (``echo_rl.training.protocol.Agent``), as every vector agent has it:
 
 - ``Agent(config, envs, device)`` — ``envs`` is an unreset gymnasium vector env;
 - ``train_iteration() -> dict`` collects ``config.steps_per_update`` env steps,
@@ -27,10 +27,11 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.models.policies import make_actor_critic
+from echo_rl.training.protocol import VectorAgentBase
 from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, evaluate_policy, torch_generator
 
 
-class ActorCriticAgent:
+class ActorCriticAgent(VectorAgentBase):
     #: why the learner needs one update per ``batch_size`` env steps (for the config error)
     update_rule = "an on-policy learner updates every batch_size env steps"
 

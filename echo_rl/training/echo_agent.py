@@ -82,6 +82,7 @@ from echo_rl.core.latent_planning import (
 )
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding, actor_seeds
 from echo_rl.models.policies import ActorCritic, FlatEncoder, MiniGridEncoder
+from echo_rl.training.protocol import VectorAgentBase
 from echo_rl.training.rollout import EpisodeStats, evaluate_policy, torch_generator
 from echo_rl.training.self_imitation import SelfImitationReplay, self_imitation_loss
 
@@ -165,8 +166,8 @@ class _Rollout:
                 np.concatenate([self.ctx_ep, self.ep, self.next_ep[None]]))
 
 
-class EchoAgent:
-    """``--agent echo-rl``; the agent interface of :class:`echo_rl.training.ppo_agent.PPOAgent`."""
+class EchoAgent(VectorAgentBase):
+    """``--agent echo-rl``; the trainer's agent protocol (:class:`echo_rl.training.protocol.Agent`), as PPO has it."""
 
     def __init__(self, config: TrainingConfig, envs, device: torch.device):
         if config.steps_per_update != config.batch_size:

@@ -1,7 +1,8 @@
 """EchoRLTrainer: actors -> learner -> evaluation, with a run directory and resume.
 
 The loop is agent-agnostic: an agent (``echo_rl.training.agents``) owns acting
-and learning; the trainer owns the schedule (evaluation, checkpoints), the
+and learning, through the members of ``echo_rl.training.protocol.Agent``; the
+trainer owns the schedule (evaluation, checkpoints), the
 run directory, metrics, progress and interruption. ``metrics.jsonl`` holds only
 quantities that are a function of (config, seed) — wall-clock figures go to
 ``timings.jsonl`` — so two runs with one seed write identical metrics.
@@ -30,14 +31,12 @@ from typing import Any
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.agents import agent_class
+from echo_rl.training.agents import build_agent
 from echo_rl.training.progress import TrainingProgress
+from echo_rl.training.protocol import EVAL_SEED_OFFSET, Agent  # noqa: F401  (EVAL_SEED_OFFSET: re-exported)
 from echo_rl.training.run_dir import RunDirectory, default_run_dir
 from echo_rl.utils.monitoring import JsonlLogger
 from echo_rl.utils.tracking import open_loggers
-
-EVAL_SEED_OFFSET = 1_000_000
 
 
 @dataclass
@@ -73,7 +72,7 @@ class EchoRLTrainer:
         self.run = RunDirectory(run_dir or default_run_dir(config), config)
         self.resume = resume
         self.show_progress = show_progress
-        self.agent = None
+        self.agent: Agent | None = None
         self._stop = False
 
     # -- public -----------------------------------------------------------------
@@ -101,8 +100,8 @@ class EchoRLTrainer:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)  # process-wide: restored when train() returns
         try:
-            await _maybe_await(getattr(agent, "start", lambda: None)())
-            if start_step == 0 and getattr(agent, "evaluate_at_start", False):
+            await _maybe_await(agent.start())
+            if start_step == 0 and agent.evaluate_at_start:
                 last_eval = await self.aevaluate()
                 metrics_log.log({"train/updates": 0.0, **{f"eval/{k}": v for k, v in last_eval.items()}}, 0)
                 tb.log({f"eval/{k}": v for k, v in last_eval.items()}, 0)
@@ -121,7 +120,7 @@ class EchoRLTrainer:
                         history.append({"step": step, **last_eval})
                     metrics_log.log(row, step)
                     timing = {"time/sps": (step - prev) / dt, "time/elapsed": time.perf_counter() - t0,
-                              **getattr(agent, "timings", {})}
+                              **agent.timings}
                     timings_log.log(timing, step)
                     tb.log({**row, **timing}, step)
                     progress.update(step, row, timing["time/sps"], last_eval)
@@ -151,20 +150,13 @@ class EchoRLTrainer:
 
     async def aevaluate(self, episodes: int | None = None) -> dict[str, float]:
         """:meth:`evaluate` on the running event loop (text agents act through the engine on it)."""
-        if self.config.text_task:
-            return await self.agent.evaluate(episodes or self.config.evaluation_episodes)
-        return self.evaluate(episodes)
+        return await _maybe_await(self.agent.run_evaluation(episodes or self.config.evaluation_episodes))
 
     def evaluate(self, episodes: int | None = None) -> dict[str, float]:
         """Success rate and mean return over a fixed, seeded set of evaluation episodes (held-out games for
         text tasks)."""
-        cfg = self.config
-        if cfg.text_task:
-            return asyncio.run(self.aevaluate(episodes))
-        seed, episodes = cfg.seed + EVAL_SEED_OFFSET, episodes or cfg.evaluation_episodes
-        make_envs = lambda n: make_vector_env(cfg.env_name, n, **cfg.env_config)  # noqa: E731
-        num_envs = min(cfg.num_actors, 16)
-        return self.agent.evaluate(make_envs, episodes, seed, num_envs=num_envs)
+        result = self.agent.run_evaluation(episodes or self.config.evaluation_episodes)
+        return asyncio.run(_awaited(result)) if inspect.isawaitable(result) else result
 
     def request_stop(self) -> None:
         """Finish the current iteration, checkpoint and return (what Ctrl-C does)."""
@@ -172,29 +164,16 @@ class EchoRLTrainer:
 
     # -- internals ----------------------------------------------------------------
     def _finished(self, target: int) -> bool:
-        return self.agent.env_steps >= target or getattr(self.agent, "finished", False)
+        return self.agent.env_steps >= target or self.agent.finished
 
     def _due(self, prev: int, step: int, every: int) -> bool:
         """Evaluation/checkpoint time: every ``every`` env steps, or on the agent's own cadence (updates)."""
-        own = getattr(self.agent, "due", None)
-        due = own() if own is not None else None
+        due = self.agent.due()
         return _crossed(prev, step, every) if due is None else due
 
     def build_agent(self, device: torch.device) -> None:
         """Create the training envs and the agent (untrained, or ready to load a checkpoint)."""
-        cfg = self.config
-        if cfg.text_task:
-            from echo_rl.training.lm.loop import LMAgent
-
-            self.agent = LMAgent(cfg, device)
-            return
-        if cfg.backend == "ray":
-            from echo_rl.distributed.ray_backend import build_ray_agent
-
-            self.agent = build_ray_agent(cfg, device)
-            return
-        envs = make_vector_env(cfg.env_name, cfg.num_actors, asynchronous=cfg.vector_env == "async", **cfg.env_config)
-        self.agent = agent_class(cfg.agent)(cfg, envs, device)
+        self.agent = build_agent(self.config, device)
 
     def _setup(self, device: torch.device) -> int:
         ckpt = self.run.latest_checkpoint()
@@ -244,12 +223,16 @@ class EchoRLTrainer:
             "total_timesteps": result.total_timesteps, "num_updates": result.num_updates,
             "evaluation_results": result.evaluation_results, "interrupted": result.interrupted,
             "wall_time_s": round(result.wall_time, 3), "env_steps_per_s": round(sps, 1),
-            **({"backbone": self.config.backbone, "text_task": True} if self.config.text_task else {}),
+            **self.agent.summary_fields(),
         })
 
 
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable  # asyncio.run takes a coroutine; an agent may return any awaitable
 
 
 def _crossed(prev: int, now: int, every: int) -> bool:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, register_name_rule
 from echo_rl.utils.monitoring import TensorBoardLogger
 from echo_rl.utils.optional import require
 
@@ -204,3 +204,6 @@ def open_loggers(config: Any, run: Any) -> FanOutLogger:
         state_path.parent.mkdir(parents=True, exist_ok=True)
         state_path.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
     return FanOutLogger(opened)
+
+
+register_name_rule("loggers", check_loggers)  # TrainingConfig(loggers=..., tracking=...) is checked here

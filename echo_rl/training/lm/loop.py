@@ -51,6 +51,7 @@ from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
 from echo_rl.training.lm.plan import EpisodePlan, LMPlanner
 from echo_rl.training.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
 from echo_rl.training.lm.sft import expert_trajectory
+from echo_rl.training.protocol import AgentBase
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
@@ -103,7 +104,7 @@ def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
     return {**kw, **evaluation, **config.lm_config.eval_env_config} if held_out else kw
 
 
-class LMAgent:
+class LMAgent(AgentBase):
     """A causal LM acting through the execution engine and learning with ECHO/GRPO (see module doc)."""
 
     evaluate_at_start = True  # success and env CE before the first update: the start of every curve
@@ -161,6 +162,13 @@ class LMAgent:
         """Evaluate/checkpoint now (after an update)? None: the trainer's env-step schedule decides."""
         n = self.config.lm_config.eval_every_updates
         return None if not n else self.updates % n == 0
+
+    def run_evaluation(self, episodes: int) -> Any:
+        """The trainer's evaluation (``protocol.Agent``): :meth:`evaluate`, a coroutine on the engine's loop."""
+        return self.evaluate(episodes)
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"backbone": self.config.backbone, "text_task": True}
 
     # -- lifecycle ------------------------------------------------------------------
     def env(self, held_out: bool) -> Any:
