@@ -140,11 +140,12 @@ def plot(args, runs: dict) -> None:
     axes[1].set(xlabel="state of the sampled transition", ylabel="share of samples", yscale="log",
                 title="where replay spends its samples")
     axes[1].legend()
-    for mode, rs in runs.items():
-        probs = np.concatenate([r["probabilities"] for r in rs])
-        axes[2].hist(probs, bins=np.geomspace(max(probs.min(), 1e-9), probs.max() * 1.01, 40), density=False,
-                     histtype="stepfilled", alpha=0.5, color=colors[mode], label=mode)
-    axes[2].set(xscale="log", xlabel="draw probability P(i) of sampled transitions", ylabel="samples",
+    probs = np.concatenate([r["probabilities"] for r in runs["prioritized"]])
+    axes[2].hist(probs, bins=np.geomspace(max(probs.min(), 1e-9), probs.max() * 1.01, 40), density=True,
+                 histtype="stepfilled", alpha=0.6, color=colors["prioritized"], label="prioritized")
+    uniform = np.concatenate([r["probabilities"] for r in runs["uniform"]])
+    axes[2].axvline(float(np.median(uniform)), color=colors["uniform"], lw=3, label="uniform: every P(i) = 1/N")
+    axes[2].set(xscale="log", xlabel="draw probability P(i) of sampled transitions", ylabel="density",
                 title="sampled-priority distribution")
     axes[2].legend()
     fig.suptitle(f"PrioritizedReplayBuffer vs uniform replay, Blind Cliffwalk n={args.states}")
