@@ -84,7 +84,8 @@ def plot(args, runs: dict) -> None:
     hist = runs["radix cache"]["bandwidth"]
     axes[1].plot(np.arange(1, len(hist) + 1), [h["total_bandwidth"] for h in hist], "k:",
                  label="b without any reuse")
-    axes[0].set(xlabel="turns recorded (all episodes, in completion order)", ylabel="eta_bw (reward / b_eff; 0 before a reward)",
+    axes[0].set(xlabel="turns recorded (all episodes, in completion order)",
+                ylabel="eta_bw (reward / b_eff; 0 before a reward)",
                 yscale="log", title="bandwidth efficiency over the rollout")
     axes[0].legend()
     axes[1].set(xlabel="turns recorded", ylabel="cumulative attention bandwidth", title="bandwidth spent")

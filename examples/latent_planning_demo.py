@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"final CE {with_plan['ce'][-1]:.3f} (no plan {no_plan['ce'][-1]:.3f}), plan KL {with_plan['kl'][-1]:.4f}")
     print(f"held-out action accuracy: with plan {with_plan['heldout_acc'][-1]:.3f}, "
           f"no plan {no_plan['heldout_acc'][-1]:.3f}")
-    print(f"plan surprise right after a subgoal switch (pickup/toggle): {np.mean(at_event) if at_event else float('nan'):.4f}"
+    at_mean = np.mean(at_event) if at_event else float("nan")
+    print(f"plan surprise right after a subgoal switch (pickup/toggle): {at_mean:.4f}"
           f" vs elsewhere {np.mean(elsewhere):.4f} (ratio {ratio:.2f})")
     plot(args, with_plan, no_plan, test_eps, curves)
     print(f"plot: {args.out}")

@@ -33,7 +33,8 @@ TRACKING_OPTIONS = {
     "wandb_entity": "W&B entity / team (default: the logged-in user, or $WANDB_ENTITY)",
     "wandb_mode": "online, offline or disabled (default: $WANDB_MODE, else online)",
     "wandb_tags": "list of W&B tags",
-    "mlflow_tracking_uri": "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else file:<parent of the run dir>/mlruns)",
+    "mlflow_tracking_uri": "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                           "file:<parent of the run dir>/mlruns)",
     "mlflow_experiment": "MLflow experiment name (default: echo-rl)",
 }
 TRACKING_STATE = "tracking.json"
@@ -53,6 +54,12 @@ def check_loggers(loggers: Any, tracking: Any) -> None:
     if unknown:
         raise ConfigError(f"unknown field TrainingConfig.tracking.{unknown[0]}; allowed: "
                           f"{', '.join(sorted(TRACKING_OPTIONS))}")
+    tags = tracking.get("wandb_tags")
+    if tags is not None and (not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags)):
+        raise ConfigError(f"TrainingConfig.tracking.wandb_tags={tags!r} is invalid: expected a list of strings")
+    for key in ("wandb_project", "wandb_entity", "mlflow_tracking_uri", "mlflow_experiment"):
+        if tracking.get(key) is not None and not isinstance(tracking[key], str):
+            raise ConfigError(f"TrainingConfig.tracking.{key}={tracking[key]!r} is invalid: expected a string")
     mode = tracking.get("wandb_mode")
     if mode is not None and mode not in ("online", "offline", "disabled"):
         raise ConfigError(f"TrainingConfig.tracking.wandb_mode={mode!r} is invalid: allowed: online, offline, disabled")

@@ -146,6 +146,10 @@ def test_bad_logger_names_and_options_are_refused_in_one_line():
         TrainingConfig(loggers=["wandb", "wandb"])
     with pytest.raises(ConfigError, match=r"tracking\.wandb_projekt; allowed: .*wandb_project"):
         TrainingConfig(tracking={"wandb_projekt": "x"})
+    with pytest.raises(ConfigError, match="wandb_tags='a' is invalid: expected a list of strings"):
+        TrainingConfig(tracking={"wandb_tags": "a"})
+    with pytest.raises(ConfigError, match="mlflow_experiment=3 is invalid: expected a string"):
+        TrainingConfig(tracking={"mlflow_experiment": 3})
     with pytest.raises(ConfigError, match="wandb_mode='cloud' is invalid"):
         TrainingConfig(tracking={"wandb_mode": "cloud"})
 
