@@ -7,8 +7,9 @@ door, reach the goal), then trains ``LatentPlanningOptimizer`` -- the plan
 encoder F(s_{t-k+1:t}) and the plan-conditioned policy -- to imitate them with
 the plan KL between consecutive plans, beside the same network with the plan
 switched off (soft_prefix_alpha=0). Prints the losses, held-out action accuracy
-and where plan surprise ||tau - tau_ema||^2 peaks along held-out episodes (the
-subgoal switches: pick up the key, open the door), and plots all three.
+and plan surprise ||tau - tau_ema||^2 right after the expert's subgoal switches
+(pick up the key, open the door) against the rest of held-out episodes, and
+plots all three (surprise along three held-out episodes, switches marked).
 """
 
 from __future__ import annotations
