@@ -345,7 +345,8 @@ class LMConfig(ConfigBase):
     """
 
     env_loss_coef: float = spec(0.05, help="lambda: weight of the ECHO env-output CE for --agent echo-rl", min=0)
-    learning_rate: float = spec(1e-4, help="AdamW learning rate of the language model during RL", gt=0)
+    learning_rate: float | None = spec(None, help="AdamW learning rate of the language model during RL (None: 1e-4 "
+                                                  "for a tiny random backbone, 1e-5 for a pretrained one)", gt=0)
     group_size: int = spec(4, help="episodes per task seed (one GRPO group); num_actors must be a multiple", min=1)
     action_mode: str = spec("generate", help="generate: free text, first line parsed; choose: pick among the "
                                              "admissible actions by likelihood", choices=("generate", "choose"))
@@ -354,14 +355,24 @@ class LMConfig(ConfigBase):
                                              "sampled ones use fixed per-episode seeds)", min=0)
     max_new_tokens: int = spec(16, help="tokens one reply may have at most (generate mode)", min=1)
     max_turns: int = spec(64, help="turns per episode at most (the environment's own limit also applies)", min=1)
+    max_episode_tokens: int = spec(4096, help="an episode whose context would pass this many tokens ends there "
+                                              "(truncated, like a time limit), so one long episode cannot "
+                                              "exhaust the learner's memory", min=2)
+    activation_checkpointing: bool = spec(True, help="recompute each layer's activations in the backward pass "
+                                                     "(memory ~1/layers for ~30% more compute)")
+    learner_token_budget: int = spec(8192, help="tokens (rows x padded length) per learner forward pass; a larger "
+                                                "batch runs as micro-batches with the same gradient", min=1)
     clip: float = spec(0.2, help="PPO/GRPO ratio clip epsilon (both sides)", gt=0)
     max_grad_norm: float = spec(1.0, help="gradient-norm clip of the language model", gt=0)
     max_staleness: int = spec(1, help="policy versions a trajectory may lag behind the learner", min=0)
     kl_coef: float = spec(0.0, help="weight of the k3 KL to the policy the RL phase started from (after SFT); "
                                     "0: no reference model, no KL term", min=0)
-    sft_episodes: int = spec(16, help="expert episodes for the SFT warm start (0: no warm start)", min=0)
-    sft_steps: int = spec(20, help="SFT optimiser steps on those episodes", min=0)
-    sft_learning_rate: float = spec(3e-3, help="learning rate of the SFT warm start", gt=0)
+    sft_episodes: int | None = spec(None, help="expert episodes for the SFT warm start (0: no warm start; None: 16 "
+                                               "for a tiny random backbone, 8 for a pretrained one)", min=0)
+    sft_steps: int | None = spec(None, help="SFT optimiser steps on those episodes (None: 20 for a tiny random "
+                                            "backbone, 4 for a pretrained one)", min=0)
+    sft_learning_rate: float | None = spec(None, help="learning rate of the SFT warm start (None: 3e-3 for a tiny "
+                                                      "random backbone, 1e-4 for a pretrained one)", gt=0)
     sft_cache_dir: str | None = spec(None, help="share SFT results between runs that differ only after SFT "
                                                 "(e.g. a lambda sweep of one seed)")
     heldout_pool: int = spec(8, help="held-out expert episodes whose env-output CE is measured at each "

@@ -97,15 +97,32 @@ def echo_loss(logits: torch.Tensor, input_ids: torch.Tensor, roles: torch.Tensor
     ``prompt_length``, ``env_output_count`` and ``advantages`` are ``[B]``; ``weights`` ``[B]`` are
     optional importance weights of replayed trajectories, applied to both terms.
     """
+    lp_pg = sequence_logprobs(logits, input_ids, pg_temperature)
+    lp_ce = lp_pg if pg_temperature == 1.0 else sequence_logprobs(logits, input_ids, 1.0)
+    return echo_loss_from_logprobs(lp_pg, lp_ce, roles, prompt_length, behavior_logprobs, advantages,
+                                   env_output_count, lam=lam, attention_mask=attention_mask, ce_target=ce_target,
+                                   ce_normalization=ce_normalization, clip_low=clip_low, clip_high=clip_high,
+                                   ref_logprobs=ref_logprobs, kl_coef=kl_coef, pg_reduction=pg_reduction,
+                                   weights=weights)
+
+
+def echo_loss_from_logprobs(lp_pg: torch.Tensor, lp_ce: torch.Tensor, roles: torch.Tensor,
+                            prompt_length: torch.Tensor, behavior_logprobs: torch.Tensor, advantages: torch.Tensor,
+                            env_output_count: torch.Tensor, *, lam: float = 0.05,
+                            attention_mask: torch.Tensor | None = None, ce_target: str = "env_only",
+                            ce_normalization: str = "sequence", clip_low: float = 0.2, clip_high: float = 0.2,
+                            ref_logprobs: torch.Tensor | None = None, kl_coef: float = 0.0,
+                            pg_reduction: str = "token_mean", weights: torch.Tensor | None = None) -> EchoLossTerms:
+    """:func:`echo_loss` from per-token log-probs ``[B, L]`` (at the rollout temperature for the policy term,
+    at 1 for the CE) — what the learner's chunked head gives; only action and observation-body positions
+    are read."""
     if lam < 0:
         raise ValueError(f"lam={lam} is invalid: must be >= 0")
-    resp = response_mask(prompt_length, input_ids.shape[1], attention_mask)
+    resp = response_mask(prompt_length, roles.shape[1], attention_mask)
     acts = action_mask(roles, resp)
-    lp_pg = sequence_logprobs(logits, input_ids, pg_temperature)
     pg = grpo_loss(lp_pg, behavior_logprobs, advantages, acts, clip_low=clip_low, clip_high=clip_high,
                    ref_logprobs=ref_logprobs, kl_coef=kl_coef, reduction=pg_reduction, weights=weights)
     target = ce_mask(roles, resp, ce_target)
-    lp_ce = lp_pg if pg_temperature == 1.0 else sequence_logprobs(logits, input_ids, 1.0)
     env_ce = env_ce_loss(lp_ce, target, env_output_count, normalization=ce_normalization, weights=weights)
     loss = pg.loss + lam * env_ce if lam else pg.loss
     with torch.no_grad():

@@ -20,17 +20,25 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from echo_rl.algorithms.echo_loss import LambdaSchedule, echo_loss, env_ce_loss
+from echo_rl.algorithms.echo_loss import LambdaSchedule, echo_loss_from_logprobs, env_ce_loss
 from echo_rl.algorithms.grpo import group_advantages
 from echo_rl.algorithms.ppo_rlhf import ValueHead, ppo_rlhf_loss, rewards_at_turn_ends, rlhf_advantages
-from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, reduce_tokens, response_mask,
-                                               sequence_logprobs)
+from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logprobs, needed_positions,
+                                               reduce_tokens, response_mask, sequence_logprobs)
 from echo_rl.training.lm.batch import collate
-from echo_rl.training.lm.plan import LMPlanner, plan_kl, planned_forward
+from echo_rl.training.lm.plan import LMPlanner, plan_distributions, plan_kl, planned_forward
 from echo_rl.types import TokenTrajectory
 
 
 OBJECTIVES = ("grpo", "ppo-rlhf")
+
+
+def chunked_head(model: Any) -> bool:
+    """Are the model's logits a plain linear head over its base model's last hidden state (Llama, Qwen,
+    Mistral, GPT-2...)? Then the learner applies that head only where a loss needs it."""
+    cfg = getattr(model, "config", None)
+    return (isinstance(model.get_output_embeddings(), torch.nn.Linear) and hasattr(model, model.base_model_prefix)
+            and getattr(cfg, "final_logit_softcapping", None) is None and not getattr(cfg, "logit_scale", None))
 
 
 @dataclass
@@ -56,6 +64,8 @@ class LMLearnerConfig:
     gae_lambda: float = 0.95
     vf_coef: float = 0.5
     value_clip: float = 0.2       # 0: unclipped value loss
+    chunk_tokens: int = 1024      # positions per LM-head chunk (no [B, L, V] logits tensor is ever built)
+    token_budget: int = 8192      # rows x padded length per forward pass; larger batches run as micro-batches
 
     def __post_init__(self) -> None:
         if isinstance(self.lam, (int, float)):
@@ -95,6 +105,7 @@ class LMLearner:
         self.optimizer = self.make_optimizer(self.config.learning_rate)
         self.version = 0
         self.steps = 0
+        self._deferred: tuple | None = None  # micro-batches whose backward waits for the loss's gradient
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         groups = [{"params": list(self.model.parameters()), "lr": lr}]
@@ -116,17 +127,90 @@ class LMLearner:
             out.append(eps)
         return out
 
-    def _policy_logits(self, trajectories: Sequence[TokenTrajectory], batch: Any) -> tuple[torch.Tensor, list]:
-        if self.planner is None:
-            return self._logits(self.model, batch), []
-        return planned_forward(self.model, self.planner, trajectories, self._plan_eps(trajectories),
-                               batch.input_ids.shape[1])
-
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _logits(self, model: Any, batch: Any) -> torch.Tensor:
-        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    def _groups(self, trajectories: Sequence[TokenTrajectory]) -> list[list[int]]:
+        """Row indices per micro-batch: by length, as many rows as fit ``token_budget`` padded tokens."""
+        order = sorted(range(len(trajectories)), key=lambda i: len(trajectories[i]))
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            if cur and len(trajectories[i]) * (len(cur) + 1) > self.config.token_budget:
+                groups.append(cur)
+                cur = []
+            cur.append(i)
+        return groups + [cur]
+
+    def _budgeted_logprobs(self, model: Any, trajectories: Sequence[TokenTrajectory], batch: Any,
+                           needed: torch.Tensor, temperatures: tuple[float, ...] = (1.0,),
+                           planned: bool = False) -> tuple[list, list]:
+        """:meth:`_logprobs` in micro-batches of at most ``token_budget`` tokens, with the same gradient.
+
+        A batch that fits is one pass. A larger one: log-probs of every micro-batch without a graph, returned
+        as leaf tensors; the loss is built on them as usual, and :meth:`_step`, after ``loss.backward()`` has
+        put dloss/dlog-prob on the leaves, replays each micro-batch with a graph and back-propagates
+        ``Σ log-prob · dloss/dlog-prob``: exactly the full-batch gradient (every loss here is a function of the
+        per-token log-probs), for one extra forward pass, with one micro-batch's activations alive at a time.
+        """
+        if torch.is_grad_enabled():
+            self._deferred = None  # a failed earlier update must not leave its micro-batches behind
+        groups = self._groups(trajectories)
+        if len(groups) == 1:
+            return self._logprobs(model, trajectories, batch, needed, temperatures, planned)
+        outs = [torch.zeros(batch.input_ids.shape, device=batch.input_ids.device) for _ in temperatures]
+        with torch.no_grad():
+            for g, sub, sb in self._micro(trajectories, groups):
+                lps, _ = self._logprobs(model, sub, sb, needed[g, :sb.input_ids.shape[1]], temperatures, planned)
+                for o, lp in zip(outs, lps):
+                    o[g, :lp.shape[1]] = lp
+        dists = plan_distributions(model, self.planner, trajectories, self._plan_eps(trajectories)) \
+            if planned else []
+        if not torch.is_grad_enabled():
+            return outs, dists
+        leaves = [o.requires_grad_() for o in outs]
+        self._deferred = (model, trajectories, groups, needed, temperatures, planned, leaves)
+        return leaves, dists
+
+    def _micro(self, trajectories: Sequence[TokenTrajectory], groups: list[list[int]]):
+        for g in groups:
+            sub = [trajectories[i] for i in g]
+            yield torch.tensor(g, device=self._device()), sub, collate(sub, self.pad_id).to(self._device())
+
+    def _backward_deferred(self) -> None:
+        model, trajectories, groups, needed, temperatures, planned, leaves = self._deferred
+        self._deferred = None
+        grads = [leaf.grad for leaf in leaves]
+        for g, sub, sb in self._micro(trajectories, groups):
+            width = sb.input_ids.shape[1]
+            lps, _ = self._logprobs(model, sub, sb, needed[g, :width], temperatures, planned)
+            terms = [(lp * gr[g, :width]).sum() for lp, gr in zip(lps, grads) if gr is not None]
+            if terms:
+                torch.stack(terms).sum().backward()
+
+    def _logprobs(self, model: Any, trajectories: Sequence[TokenTrajectory], batch: Any, needed: torch.Tensor,
+                  temperatures: tuple[float, ...] = (1.0,), planned: bool = False) -> tuple[list, list]:
+        """Per-token log-probs ``[B, L]`` at each temperature where ``needed`` (0 elsewhere), and the plan
+        distributions (``planned``: every action with its latent plan before it, as the engine sampled it).
+
+        The LM head runs only on the needed positions, in chunks (:func:`hidden_logprobs`); a model whose
+        logits are not a plain linear head over the last hidden state takes the full-logits path."""
+        eps = self._plan_eps(trajectories) if planned else None
+        if chunked_head(model):
+            if planned:
+                hidden, dists = planned_forward(model, self.planner, trajectories, eps, batch.input_ids.shape[1],
+                                                return_hidden=True)
+            else:
+                base = getattr(model, model.base_model_prefix)
+                hidden, dists = base(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                      use_cache=False).last_hidden_state, []
+            return hidden_logprobs(hidden, model.get_output_embeddings(), batch.input_ids, needed, temperatures,
+                                   self.config.chunk_tokens), dists
+        if planned:
+            logits, dists = planned_forward(model, self.planner, trajectories, eps, batch.input_ids.shape[1])
+        else:
+            logits, dists = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits, []
+        return [sequence_logprobs(logits, batch.input_ids, T) * needed for T in temperatures], dists
 
     def update(self, trajectories: Sequence[TokenTrajectory], *, advantages: Sequence[float] | None = None,
                weights: Sequence[float] | None = None) -> dict[str, float]:
@@ -152,20 +236,21 @@ class LMLearner:
             adv = torch.as_tensor(np.asarray(advantages, np.float32), device=batch.returns.device)
         w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=adv.device)
         self.model.train()
-        logits, dists = self._policy_logits(trajectories, batch)
+        T = cfg.pg_temperature or 1.0
+        needed = self._needed(batch)
+        planned = self.planner is not None
+        lps, dists = self._budgeted_logprobs(self.model, trajectories, batch, needed,
+                                             (T, 1.0) if T != 1.0 else (1.0,), planned)
         ref = None
         if self.ref_model is not None and cfg.kl_coef:
             with torch.no_grad():  # with a planner the reference sees the same plans (its drift, not the plan's)
-                ref_logits = self._logits(self.ref_model, batch) if self.planner is None else planned_forward(
-                    self.ref_model, self.planner, trajectories, self._plan_eps(trajectories),
-                    batch.input_ids.shape[1])[0]
-                ref = sequence_logprobs(ref_logits, batch.input_ids, cfg.pg_temperature or 1.0)
+                ref = self._budgeted_logprobs(self.ref_model, trajectories, batch, needed, (T,), planned)[0][0]
         lam = cfg.lam(self.steps)
-        terms = echo_loss(logits, batch.input_ids, batch.roles, batch.prompt_length, batch.behavior_logprobs, adv,
-                          batch.env_output_count, lam=lam, attention_mask=batch.attention_mask,
-                          ce_target=cfg.ce_target, ce_normalization=cfg.ce_normalization,
-                          pg_temperature=cfg.pg_temperature or 1.0, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                          ref_logprobs=ref, kl_coef=cfg.kl_coef, pg_reduction=cfg.pg_reduction, weights=w)
+        terms = echo_loss_from_logprobs(lps[0], lps[-1], batch.roles, batch.prompt_length, batch.behavior_logprobs,
+                                        adv, batch.env_output_count, lam=lam, attention_mask=batch.attention_mask,
+                                        ce_target=cfg.ce_target, ce_normalization=cfg.ce_normalization,
+                                        clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref,
+                                        kl_coef=cfg.kl_coef, pg_reduction=cfg.pg_reduction, weights=w)
         loss, kl_metrics = self._with_plan_kl(terms.loss, dists)
         staleness = float(self.version - batch.policy_version.min())
         self.last_rows = {"advantage": adv.detach().cpu().numpy(), "advantage_abs": adv.detach().abs().cpu().numpy(),
@@ -177,14 +262,28 @@ class LMLearner:
                         "staleness_max": staleness})
         return metrics
 
-    def forward_with_values(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logits, values ``[B, L]`` aligned like the log-probs, V of each row's final context ``[B]``)."""
-        out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
+    def _needed(self, batch: Any) -> torch.Tensor:
+        resp = response_mask(batch.prompt_length, batch.input_ids.shape[1], batch.attention_mask)
+        return needed_positions(batch.roles, resp)
+
+    def forward_with_values(self, batch: Any, temperatures: tuple[float, ...] = (1.0,)
+                            ) -> tuple[list, torch.Tensor, torch.Tensor]:
+        """(log-probs ``[B, L]`` per temperature at the needed positions, values ``[B, L]`` aligned like them,
+        V of each row's final context ``[B]``)."""
+        out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True,
+                         logits_to_keep=1) if chunked_head(self.model) else \
+            self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
         hidden = out.hidden_states[-1]
         values = self.value_head(hidden)
         last = batch.attention_mask.sum(1) - 1
         final = self.value_head.proj(hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float())
-        return out.logits, values, final.squeeze(-1)
+        needed = self._needed(batch)
+        if chunked_head(self.model):
+            lps = hidden_logprobs(hidden, self.model.get_output_embeddings(), batch.input_ids, needed, temperatures,
+                                  self.config.chunk_tokens)
+        else:
+            lps = [sequence_logprobs(out.logits, batch.input_ids, T) * needed for T in temperatures]
+        return lps, values, final.squeeze(-1)
 
     def _ppo_rlhf_update(self, trajectories: Sequence[TokenTrajectory], batch: Any,
                          weights: Sequence[float] | None) -> dict[str, float]:
@@ -194,16 +293,16 @@ class LMLearner:
         cfg = self.config
         w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=batch.returns.device)
         self.model.train()
-        logits, values, final = self.forward_with_values(batch)
         T = cfg.pg_temperature or 1.0
-        lp = sequence_logprobs(logits, batch.input_ids, T)
+        lps, values, final = self.forward_with_values(batch, (T, 1.0) if T != 1.0 else (1.0,))
+        lp = lps[0]
         resp = response_mask(batch.prompt_length, batch.input_ids.shape[1], batch.attention_mask)
         acts = action_mask(batch.roles, resp)
         token_rewards = rewards_at_turn_ends(acts, [t.rewards for t in trajectories])
         ref = None
         if self.ref_model is not None and cfg.kl_coef:
             with torch.no_grad():
-                ref = sequence_logprobs(self._logits(self.ref_model, batch), batch.input_ids, T)
+                ref = self._logprobs(self.ref_model, trajectories, batch, self._needed(batch), (T,))[0][0]
         truncated = torch.tensor([float(bool(t.info.get("truncated"))) for t in trajectories], device=final.device)
         adv, ret, vmask = rlhf_advantages(token_rewards, values.detach(), acts, gamma=cfg.gamma, lam=cfg.gae_lambda,
                                           level=cfg.gae_level, logprobs=batch.behavior_logprobs, ref_logprobs=ref,
@@ -212,7 +311,7 @@ class LMLearner:
                               clip=cfg.clip_low, value_clip=cfg.value_clip or None, vf_coef=cfg.vf_coef,
                               reduction=cfg.pg_reduction, weights=w)
         lam = cfg.lam(self.steps)
-        lp_ce = lp if T == 1.0 else sequence_logprobs(logits, batch.input_ids, 1.0)
+        lp_ce = lps[-1]
         target = ce_mask(batch.roles, resp, cfg.ce_target)
         env_ce = env_ce_loss(lp_ce, target, batch.env_output_count, normalization=cfg.ce_normalization, weights=w)
         loss = terms.loss + lam * env_ce if lam else terms.loss
@@ -237,8 +336,8 @@ class LMLearner:
         """Behaviour cloning: CE on action tokens (+ ``env_lambda`` · env CE), e.g. on expert episodes."""
         batch = collate(trajectories, self.pad_id).to(self._device())
         self.model.train()
-        logits, dists = self._policy_logits(trajectories, batch)
-        lp = sequence_logprobs(logits, batch.input_ids)
+        (lp,), dists = self._budgeted_logprobs(self.model, trajectories, batch, self._needed(batch),
+                                               planned=self.planner is not None)
         resp = response_mask(batch.prompt_length, batch.input_ids.shape[1], batch.attention_mask)
         act = action_mask(batch.roles, resp)
         action_ce = reduce_tokens(-lp, act, "token_mean")
@@ -259,7 +358,12 @@ class LMLearner:
 
     def _step(self, loss: torch.Tensor) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        try:
+            loss.backward()
+            if self._deferred is not None:
+                self._backward_deferred()
+        finally:
+            self._deferred = None
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         if self.value_head is not None:
             torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), self.config.max_grad_norm)
@@ -278,10 +382,10 @@ class LMLearner:
         batch = collate(trajectories, self.pad_id).to(self._device())
         was = self.model.training
         self.model.eval()
-        lp = sequence_logprobs(self._logits(self.model, batch), batch.input_ids)
-        self.model.train(was)
         resp = response_mask(batch.prompt_length, batch.input_ids.shape[1], batch.attention_mask)
         m = ce_mask(batch.roles, resp, "env_only")
+        lp = self._budgeted_logprobs(self.model, trajectories, batch, m > 0)[0][0]
+        self.model.train(was)
         return float((-lp * m).sum() / m.sum().clamp(min=1))
 
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:

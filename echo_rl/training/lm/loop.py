@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -49,7 +50,8 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
 from echo_rl.training.lm.plan import EpisodePlan, LMPlanner
-from echo_rl.training.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
+from echo_rl.training.lm.rollout import (DEFAULT_SYSTEM, INSTRUCT_SYSTEM, CandidateScorer, LMRolloutWorker,
+                                         RolloutConfig)
 from echo_rl.training.lm.sft import expert_trajectory
 from echo_rl.training.protocol import AgentBase
 
@@ -98,6 +100,24 @@ def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
     return model.eval(), tok
 
 
+TINY_PARAMS = 10_000_000  # below: a tiny preset or test checkpoint (random weights); above: a real, pretrained LM
+
+
+def is_tiny(model: Any) -> bool:
+    return sum(p.numel() for p in model.parameters()) < TINY_PARAMS
+
+
+def resolve_lm_defaults(config: TrainingConfig, tiny: bool) -> TrainingConfig:
+    """``lm_config`` fields left at None take the value that suits the backbone: a tiny random model learns
+    fast at large rates; a pretrained one is wrecked by them (a 3e-3 SFT step erases its language)."""
+    lm = config.lm_config
+    pick = lambda value, t, p: value if value is not None else t if tiny else p  # noqa: E731
+    return dataclasses.replace(config, lm_config=dataclasses.replace(
+        lm, learning_rate=pick(lm.learning_rate, 1e-4, 1e-5),
+        sft_learning_rate=pick(lm.sft_learning_rate, 3e-3, 1e-4),
+        sft_episodes=pick(lm.sft_episodes, 16, 8), sft_steps=pick(lm.sft_steps, 20, 4)))
+
+
 def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
     train, evaluation = SPLITS.get(config.env_name, ({}, {}))
     kw = {**train, **config.env_config}
@@ -112,17 +132,24 @@ class LMAgent(AgentBase):
     def __init__(self, config: TrainingConfig, device: torch.device) -> None:
         from echo_rl.environments.registry import make_env
 
+        torch.manual_seed(config.seed)
+        model, self.tokenizer = load_policy(config.backbone, config.seed)
+        self.tiny = is_tiny(model)
+        config = resolve_lm_defaults(config, self.tiny)
         self.config, self.device = config, device
         lm = config.lm_config
         self._make_env = make_env
-        torch.manual_seed(config.seed)
-        model, self.tokenizer = load_policy(config.backbone, config.seed)
         self.renderer = ChatRenderer(self.tokenizer)
         probe = self.env(held_out=False)
         if (lm.sft_episodes and lm.sft_steps or lm.heldout_pool) and not getattr(probe, "has_expert", False):
             raise ConfigError(f"lm_config.sft_episodes / heldout_pool need expert demonstrations, which task "
                               f"{config.env_name!r} does not have: set both to 0")
         self.model = model.to(device)
+        if lm.activation_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 names it so
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.use_plan = config.agent == "echo-rl" and config.echo_config.latent_plan
         if lm.objective == "ppo-rlhf" and self.use_plan:
             raise ConfigError("lm_config.objective='ppo-rlhf' is invalid with the latent plan (the value head needs "
@@ -137,13 +164,16 @@ class LMAgent(AgentBase):
             clip_high=lm.clip, pg_temperature=lm.temperature or 1.0, max_staleness=lm.max_staleness,
             plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm,
             kl_coef=lm.kl_coef, objective=lm.objective, gae_level=lm.gae_level, gamma=lm.gamma,
-            gae_lambda=lm.gae_lambda, vf_coef=lm.vf_coef, value_clip=lm.value_clip),
+            gae_lambda=lm.gae_lambda, vf_coef=lm.vf_coef, value_clip=lm.value_clip,
+            token_budget=lm.learner_token_budget),
             planner=self.planner, ref_model=copy.deepcopy(self.model) if lm.kl_coef else None)
         self.use_replay = lm.replay_updates > 0 and (config.agent != "echo-rl" or config.echo_config.replay_updates > 0)
         self.replay = self._make_replay() if self.use_replay else None
         self.judge = self._make_judge() if lm.reward != "env" else None
         self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
-                                            max_new_tokens=lm.max_new_tokens, temperature=lm.temperature)
+                                            max_new_tokens=lm.max_new_tokens, temperature=lm.temperature,
+                                            max_context=lm.max_episode_tokens,
+                                            system_prompt=DEFAULT_SYSTEM if self.tiny else INSTRUCT_SYSTEM)
         self.env_steps = 0
         self.updates = 0
         self.sft_done = not (lm.sft_episodes and lm.sft_steps)
@@ -214,15 +244,17 @@ class LMAgent(AgentBase):
         rng = np.random.default_rng(self.next_seed)
         trajs, failed, steps, rnd = [], [], 0, 0
         groups = cfg.num_actors // lm.group_size
-        while steps < cfg.batch_size or not trajs:
+        budget = cfg.total_timesteps - self.env_steps  # env steps (turns) the run has left: never run past it
+        while (steps < cfg.batch_size and steps < budget) or not trajs:
             if rnd >= 100 and not trajs:
                 raise RuntimeError(f"every rollout of update {self.updates + 1} failed; first error: {failed[0]!r}")
             seeds = rng.integers(0, HELD_OUT_SEED_BASE, groups)
             draws = rng.integers(0, 2**31, groups * lm.group_size)
             base = rnd * groups
+            turns = max(1, -(-(budget - steps) // cfg.num_actors))  # the round's share of what is left
             jobs = [self.worker.episode(self.env(held_out=False), seed=int(s), group_id=base + g,
                                         episode_id=(base + g) * lm.group_size + k,
-                                        sample_seed=int(draws[g * lm.group_size + k]))
+                                        sample_seed=int(draws[g * lm.group_size + k]), max_turns=turns)
                     for g, s in enumerate(seeds) for k in range(lm.group_size)]
             results = await asyncio.gather(*jobs, return_exceptions=True)
             fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
@@ -383,7 +415,8 @@ class LMAgent(AgentBase):
         if self._heldout is None:
             n, turns = self.config.lm_config.heldout_pool, self.config.lm_config.max_turns
             self._heldout = [expert_trajectory(self.env(held_out=True), self.renderer,
-                                               seed=HELD_OUT_SEED_BASE + HELD_OUT_POOL_OFFSET + i, max_turns=turns)
+                                               seed=HELD_OUT_SEED_BASE + HELD_OUT_POOL_OFFSET + i, max_turns=turns,
+                                               system=self.rollout_config.system_prompt)
                              for i in range(n)]
         return self._heldout
 
@@ -408,8 +441,8 @@ class LMAgent(AgentBase):
                     self.planner.load_state_dict(state["planner"])
                 return {**state["metrics"], "cached": 1.0}
         self.learner.optimizer = self.learner.make_optimizer(lm.sft_learning_rate)
-        demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns)
-                 for s in seeds]
+        demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns,
+                                   system=self.rollout_config.system_prompt) for s in seeds]
         m: dict[str, float] = {}
         for _ in range(lm.sft_steps):
             m = self.learner.sft_update(demos)

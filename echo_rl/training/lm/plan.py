@@ -121,10 +121,11 @@ def _float_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def planned_forward(model: Any, planner: LMPlanner, trajectories: Sequence[Any], eps: Sequence[Any],
-                    length: int) -> tuple[torch.Tensor, list[PlanDistribution]]:
+                    length: int, return_hidden: bool = False) -> tuple[torch.Tensor, list[PlanDistribution]]:
     """Logits aligned like a plain forward (``[B, length, V]``: entry t-1 predicts token t) where every
     action token is predicted with its plan before it, as the engine sampled it; and each trajectory's
-    plan distributions (one per action)."""
+    plan distributions (one per action). ``return_hidden``: the final hidden states ``[B, length, H]``,
+    aligned the same way, instead of the logits (the learner applies the LM head only where it needs to)."""
     device = next(model.parameters()).device
     embed = model.get_input_embeddings()
     seqs, poss, allows, aligned, dists = [], [], [], [], []
@@ -165,13 +166,31 @@ def planned_forward(model: Any, planner: LMPlanner, trajectories: Sequence[Any],
         n = s.shape[0]
         x[i, :n], position_ids[i, :n] = s, p
         allow[i, :n, :n] = al
-    logits = model(inputs_embeds=x, attention_mask=_float_mask(allow[:, None], x.dtype),
-                   position_ids=position_ids).logits
+    net = getattr(model, model.base_model_prefix) if return_hidden else model
+    out = net(inputs_embeds=x, attention_mask=_float_mask(allow[:, None], x.dtype), position_ids=position_ids,
+              use_cache=False)
+    logits = out.last_hidden_state if return_hidden else out.logits
     gather = torch.zeros(B, length, dtype=torch.long, device=device)
     for i, idx in enumerate(aligned):
         gather[i, :len(idx)] = idx
     out = torch.gather(logits, 1, gather[..., None].expand(-1, -1, logits.shape[-1]))
     return out, dists
+
+
+def plan_distributions(model: Any, planner: LMPlanner, trajectories: Sequence[Any],
+                       eps: Sequence[Any]) -> list[PlanDistribution]:
+    """Each trajectory's plan distributions, as :func:`planned_forward` computes them, without the transformer
+    pass (cheap: turn embeddings and the plan encoder only) — for the plan KL of a micro-batched update."""
+    device = next(model.parameters()).device
+    embed = model.get_input_embeddings()
+    out = []
+    for traj, e in zip(trajectories, eps):
+        ids = torch.as_tensor(traj.token_ids, dtype=torch.long, device=device)
+        spans = traj.turn_spans()
+        emb = turn_embeddings(embed, ids, observation_spans(spans))
+        e = torch.as_tensor(np.asarray(e, dtype=np.float32), device=device).reshape(len(spans), planner.latent_dim)
+        out.append(planner(emb, e.to(emb.dtype))[0])
+    return out
 
 
 def plan_kl(dists: Sequence[PlanDistribution]) -> torch.Tensor:

@@ -28,6 +28,9 @@ from echo_rl.types import TokenTrajectory
 
 ACTION_MODES = ("generate", "choose")
 DEFAULT_SYSTEM = "You are an agent in a text environment. Reply with exactly one action on one line."
+# for pretrained instruct models, which otherwise chat: the format the tasks parse, said plainly
+INSTRUCT_SYSTEM = ("You are an agent in a text game. Each turn, reply with exactly one action, written exactly "
+                   "as the game lists it, and nothing else.")
 
 
 @dataclass
@@ -40,6 +43,7 @@ class RolloutConfig:
     system_prompt: str | None = DEFAULT_SYSTEM
     observation_role: str = "user"
     max_observation_tokens: int | None = None  # longer observations are cut (warnings kept first)
+    max_context: int | None = None  # the episode ends (truncated) before its context passes this many tokens
 
     def __post_init__(self) -> None:
         if self.action_mode not in ACTION_MODES:
@@ -125,9 +129,11 @@ class LMRolloutWorker:
         self.stop_ids = tuple(sorted({self.turn_end_id} | ({eos} if eos is not None else set())))
 
     async def episode(self, env: Any, *, seed: int, options: dict | None = None, group_id: int = 0,
-                      episode_id: int = 0, sample_seed: int | None = None) -> TokenTrajectory:
+                      episode_id: int = 0, sample_seed: int | None = None,
+                      max_turns: int | None = None) -> TokenTrajectory:
         """One episode; ``seed`` picks the task, ``sample_seed`` (default ``seed``) the policy's samples,
-        so siblings of a GRPO group share the task but not the draws."""
+        so siblings of a GRPO group share the task but not the draws; ``max_turns`` (default the config's)
+        caps this episode (the run's step budget may be nearly spent), which then ends truncated."""
         cfg = self.config
         t_env = t_gen = 0.0
         t0 = time.perf_counter()
@@ -141,11 +147,12 @@ class LMRolloutWorker:
         ep_plan = None if self.plan is None else self.plan(np.random.default_rng([rng.integers(2**31), 1]))
         won = truncated = False
         versions: set[int] = set()
-        for turn in range(cfg.max_turns):
+        for turn in range(min(max_turns or cfg.max_turns, cfg.max_turns)):
             t0 = time.perf_counter()
             n_ctx = len(b.token_ids)
             p_rows = 0 if ep_plan is None else ep_plan.planner.num_tokens
-            if n_ctx + p_rows + cfg.max_new_tokens > self.engine.max_context:
+            limit = min(self.engine.max_context, cfg.max_context or self.engine.max_context)
+            if n_ctx + p_rows + cfg.max_new_tokens > limit:
                 truncated = True  # the context is full: the episode ends here, as a time limit would
                 break
             prefix = None if ep_plan is None else ep_plan.next_prefix(b.token_ids)
