@@ -8,7 +8,7 @@ The trainer's agent protocol (``echo_rl.training.protocol.Agent``), as every vec
 - ``act(obs, generator) -> actions`` for evaluation; ``close()`` releases the envs;
 - ``state_dict()`` / ``load_state_dict()`` (tensors and plain data only:
   loadable with ``weights_only=True``); ``rollout_state()`` /
-  ``load_rollout_state()`` (picklable: the envs mid-episode), so a resumed run
+  ``load_rollout_state()`` (plain data for ``state_codec``: the envs mid-episode), so a resumed run
   continues exactly where the checkpoint left it.
 
 A subclass supplies ``learn(buf) -> metrics`` (and may override
