@@ -541,6 +541,24 @@ class TrainingConfig(ConfigBase):
         if self.num_actors % self.lm_config.group_size:
             self._fail("num_actors", self.num_actors,
                        f"must be a multiple of lm_config.group_size={self.lm_config.group_size} (whole GRPO groups)")
+        self._refuse_vector_only_parts()
+
+    def _refuse_vector_only_parts(self) -> None:
+        """A knob the LM agent never reads must not look as if it acted (e.g. ``--no-self-imitation``)."""
+        default = EchoAgentConfig()
+        switches = {"world_model_coef": "ECHO's env-token loss (its weight: lm_config.env_loss_coef)",
+                    "replay_updates": "trajectory replay (its updates: lm_config.replay_updates)"}
+        for name, what in switches.items():
+            value, on = getattr(self.echo_config, name), getattr(default, name)
+            if value not in (0, on):
+                self._fail(f"echo_config.{name}", value, f"on text tasks it only switches {what} off (0) or on ({on})")
+        for name in ("self_imitation_updates", "self_imitation_value_coef", "self_imitation_capacity",
+                     "replay_batch_sequences", "sequence_length", "vtrace_rho_bar",
+                     "vtrace_c_bar", "hidden_dim"):
+            if getattr(self.echo_config, name) != getattr(default, name):
+                self._fail(f"echo_config.{name}", getattr(self.echo_config, name),
+                           "acts on the vector agent only; text tasks use lm_config (trajectory replay: "
+                           "lm_config.replay_*)")
 
     @property
     def steps_per_update(self) -> int:

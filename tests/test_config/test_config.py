@@ -63,3 +63,21 @@ def test_overrides_parse_yaml_scalars_and_reject_unknown_paths():
         TrainingConfig().with_overrides({"replay_config.nope": "1"})
     with pytest.raises(ConfigError, match="must look like field.path=value"):
         parse_override("seed")
+
+
+@pytest.mark.parametrize("override", ["echo_config.self_imitation_updates=0", "echo_config.world_model_coef=0.2",
+                                      "echo_config.replay_updates=4"])
+def test_vector_only_knobs_are_refused_on_text_tasks(override):
+    """``--no-self-imitation`` and friends do nothing for the LM agent: one line saying so, not a silent no-op."""
+    key, value = override.split("=")
+    section, field = key.split(".")
+    config = TrainingConfig(env_name="minigrid", backbone="tiny", agent="echo-rl")
+    setattr(getattr(config, section), field, type(getattr(getattr(config, section), field))(value))
+    with pytest.raises(ConfigError, match=field):
+        config.validate()
+
+
+def test_world_model_off_is_allowed_on_text_tasks():
+    config = TrainingConfig(env_name="minigrid", backbone="tiny", agent="echo-rl")
+    config.echo_config.world_model_coef = 0.0
+    config.validate()
