@@ -77,3 +77,34 @@ def run_rollout(model: Any, tok: Any, config: Any, task: str, episodes: int, max
                 "wall_s": time.perf_counter() - t0}
 
     return asyncio.run(main())
+
+
+def parse_rollout_args(description: str, argv, max_turns: int, max_new_tokens: int, out: str):
+    """The command line both engine demos take (one-line error, exit 2, on a count below 1)."""
+    import argparse
+
+    import torch
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--task", default="minigrid:MiniGrid-DoorKey-5x5-v0", help="a MiniGrid task (runs as text)")
+    p.add_argument("--episodes", type=int, default=8, help="concurrent episodes")
+    p.add_argument("--max-turns", type=int, default=max_turns, help="turns per episode at most")
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="tokens generated per turn")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--out", default=out, help="PNG to write")
+    args = p.parse_args(argv)
+    for name in ("episodes", "max_turns", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')}={getattr(args, name)} is invalid: must be >= 1")
+    torch.set_num_threads(max(1, args.threads))
+    return args
+
+
+def cache_vs_no_reuse(args) -> dict:
+    """The same episodes with the radix cache and with reuse off (greedy: the tokens must match)."""
+    from echo_rl.config import ExecutionConfig
+
+    model, tok = load_tiny()
+    return {label: run_rollout(model, tok, ExecutionConfig(max_cache_size=size), args.task, args.episodes,
+                               args.max_turns, args.max_new_tokens)
+            for label, size in (("radix cache", 1_000_000), ("no reuse", 0))}

@@ -13,34 +13,18 @@ turn of an episode.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
-import torch
 
-from _text_rollouts import load_tiny, run_rollout
-from echo_rl.config import ConfigError, ExecutionConfig
+from _text_rollouts import cache_vs_no_reuse, parse_rollout_args
+from echo_rl.config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", default="minigrid:MiniGrid-DoorKey-5x5-v0", help="a MiniGrid task (runs as text)")
-    p.add_argument("--episodes", type=int, default=8, help="concurrent episodes")
-    p.add_argument("--max-turns", type=int, default=12, help="turns per episode at most")
-    p.add_argument("--max-new-tokens", type=int, default=8, help="tokens generated per turn")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--out", default="async_execution.png", help="PNG to write")
-    args = p.parse_args(argv)
-    for name in ("episodes", "max_turns", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')}={getattr(args, name)} is invalid: must be >= 1")
-    torch.set_num_threads(max(1, args.threads))
+    args = parse_rollout_args(__doc__.splitlines()[0], argv, max_turns=12, max_new_tokens=8, out="async_execution.png")
     try:
-        model, tok = load_tiny()
-        runs = {label: run_rollout(model, tok, ExecutionConfig(max_cache_size=size), args.task, args.episodes,
-                                   args.max_turns, args.max_new_tokens)
-                for label, size in (("radix cache", 1_000_000), ("no reuse", 0))}
+        runs = cache_vs_no_reuse(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
