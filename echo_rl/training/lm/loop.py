@@ -57,6 +57,7 @@ from echo_rl.training.protocol import AgentBase
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
+EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
 
 # task -> (training overrides, evaluation overrides): tasks with a real held-out split use it
 SPLITS: dict[str, tuple[dict, dict]] = {"alfworld": ({"split": "valid_train"}, {"split": "valid_unseen"})}
@@ -396,9 +397,16 @@ class LMAgent(AgentBase):
             await self.start()
             self.sft_done = sft_done
         try:
-            trajs = await asyncio.gather(*[self.eval_worker.episode(self.env(held_out=True),
-                                                                    seed=HELD_OUT_SEED_BASE + i, episode_id=i)
-                                           for i in range(episodes)])
+            # at most EVAL_CONCURRENCY episodes in flight: each holds its whole context's KV in the engine, and
+            # 100 concurrent multi-thousand-token episodes of a real model are GBs (what sets the peak RSS)
+            slots = asyncio.Semaphore(max(self.config.num_actors, EVAL_CONCURRENCY))
+
+            async def one(i: int) -> Any:
+                async with slots:
+                    return await self.eval_worker.episode(self.env(held_out=True), seed=HELD_OUT_SEED_BASE + i,
+                                                          episode_id=i)
+
+            trajs = await asyncio.gather(*[one(i) for i in range(episodes)])
         finally:
             if own:
                 await self._stop_engine()
