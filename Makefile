@@ -25,7 +25,7 @@ setup: $(PY)
 
 setup-test: setup
 	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; \
 	  else echo "the code sandbox needs bubblewrap: run 'sudo apt-get install -y bubblewrap' (or your OS's package)"; fi; }
 	$(VENV_PATH) $(PIP) install --quiet -e ".[$(TEST_EXTRAS)]"
 
