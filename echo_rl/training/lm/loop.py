@@ -406,14 +406,20 @@ class LMAgent(AgentBase):
                     return await self.eval_worker.episode(self.env(held_out=True), seed=HELD_OUT_SEED_BASE + i,
                                                           episode_id=i)
 
-            trajs = await asyncio.gather(*[one(i) for i in range(episodes)])
+            results = await asyncio.gather(*[one(i) for i in range(episodes)], return_exceptions=True)
         finally:
             if own:
                 await self._stop_engine()
+        fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
+        if fatal:
+            raise fatal[0]
+        trajs = [r for r in results if not isinstance(r, Exception)]
+        if not trajs:  # one failed episode (an admission timeout on a loaded machine) must not end the run
+            raise RuntimeError(f"every one of {episodes} evaluation episodes failed; first error: {results[0]!r}")
         out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
                "avg_reward": float(np.mean([t.total_reward for t in trajs])),
                "avg_length": float(np.mean([t.num_turns for t in trajs])),
-               "episodes": float(episodes)}
+               "episodes": float(len(trajs)), "failed": float(episodes - len(trajs))}
         pool = self.heldout_pool()
         if pool:
             out["heldout_env_ce"] = self.learner.held_out_env_ce(pool)
