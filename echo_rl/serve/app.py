@@ -4,22 +4,27 @@ Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions`` and
 ``POST /v1/completions``, streaming (server-sent events) and not, with
 log-probs and usage. Every error is a JSON body in the OpenAI shape
 ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status for bad
-input, and the server keeps serving. Generation runs in worker threads; the
-backbone takes its model lock per decoding step, so concurrent requests
-interleave token by token.
+input, and the server keeps serving. Generation runs on one shared execution
+engine (``engine_host``): concurrent requests decode in one packed forward per
+token and share its radix prefix cache. The engine returns a request when it
+is done, so a stream's chunks are sent once its generation has finished.
+Stop strings are cut from the decoded text; reported log-probs are the
+model's (temperature 1, as vLLM reports them), from one teacher-forced forward.
 
 (No ``from __future__ import annotations`` here: FastAPI must resolve the
 route signatures' names, which are imported inside :func:`create_app`.)
 """
 
+import asyncio
 import itertools
 import json
 import time
 import uuid
-from typing import Any, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, Iterator, Sequence
 
 from echo_rl.config import ConfigError
-from echo_rl.models.backbone import Completion, SamplingParams, TokenLogprob, Usage
+from echo_rl.models.backbone import Completion, SamplingParams, TextDelta, TokenLogprob, Usage
 from echo_rl.models.local import ContextLengthError, LocalBackbone
 from echo_rl.utils.optional import require
 
@@ -37,8 +42,13 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-def create_app(backbone: LocalBackbone, *, model_name: str | None = None, default_max_tokens: int = 256) -> Any:
-    """Build the FastAPI app serving ``backbone`` under ``model_name``."""
+def create_app(backbone: LocalBackbone, *, model_name: str | None = None, default_max_tokens: int = 256,
+               max_concurrent: int = 64) -> Any:
+    """Build the FastAPI app serving ``backbone`` under ``model_name``.
+
+    The app owns one engine (``app.state.engine_host``), started by the first
+    request and stopped at shutdown (the lifespan, or :class:`ModelServer.stop`).
+    """
     fastapi = require("fastapi", "serve")
     from fastapi import Request
     from fastapi.exceptions import RequestValidationError
@@ -51,9 +61,40 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
 
     if not isinstance(backbone, LocalBackbone):
         raise ConfigError(f"echo-rl serve needs a local backbone (checkpoint path or tiny), got {backbone!r}")
+    from echo_rl.serve.engine_host import EngineHost
+
     name = model_name or backbone.name
     created = int(time.time())
-    app = fastapi.FastAPI(title="echo-rl serve", docs_url=None, redoc_url=None, openapi_url=None)
+    host = EngineHost(backbone, max_concurrent=max_concurrent)
+
+    @asynccontextmanager
+    async def lifespan(_: Any) -> Any:
+        yield
+        await run_in_threadpool(host.close)
+
+    app = fastapi.FastAPI(title="echo-rl serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.engine_host = host
+
+    async def run_one(prompt_ids: list[int], params: SamplingParams) -> Completion:
+        """One completion through the shared engine, with serve's stop strings, usage and log-probs."""
+        out = await host.generate(prompt_ids, max_tokens=params.max_tokens, temperature=params.temperature,
+                                  top_p=params.top_p, seed=params.seed)
+        ids = out.token_ids
+        body = ids[:-1] if out.finish_reason == "stop" and ids and ids[-1] in backbone.eos_ids else ids
+        text, kept, used = _assemble(backbone.tokenizer, body, params.stop)
+        hit = used is not None  # a stop string ended it there; else every sampled token (EOS too) counts
+        finish = "stop" if hit or out.finish_reason == "stop" else "length"
+        used = used if hit else len(ids)
+        lps = None
+        if params.logprobs:
+            lps = await run_in_threadpool(_score, backbone, prompt_ids, kept, params.top_logprobs)
+        usage = Usage(len(prompt_ids), used, 0.0, 1)
+        backbone._record(usage)
+        return Completion(text, finish, usage, name, token_ids=kept, prompt_token_ids=list(prompt_ids),
+                          logprobs=lps)
+
+    def with_seed(params: SamplingParams, i: int) -> SamplingParams:
+        return params if params.seed is None else SamplingParams(**{**params.__dict__, "seed": params.seed + i})
 
     class AsciiJSONResponse(JSONResponse):
         """ASCII JSON: an error message quoting client text (a lone surrogate, say) can always be encoded."""
@@ -142,15 +183,14 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             if req.n != 1:
                 raise APIError(400, "n must be 1 when stream is true", param="n")
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            gen = backbone.stream_ids(prompt_ids, params)
+            gen = _deltas(backbone.tokenizer, await run_one(prompt_ids, params))
             # the first item is computed before the 200 goes out, so a request that fails at once gets a status
             first = await run_in_threadpool(next, gen, None)
             return StreamingResponse(iterate_in_threadpool(_chat_stream(rid, gen, first, params, include_usage)),
                                      media_type="text/event-stream")
         choices, usage = [], {"prompt_tokens": len(prompt_ids), "completion_tokens": 0}
-        for i in range(req.n):
-            p = params if params.seed is None else SamplingParams(**{**params.__dict__, "seed": params.seed + i})
-            done = await run_in_threadpool(backbone._run, prompt_ids, p)
+        dones = await asyncio.gather(*(run_one(prompt_ids, with_seed(params, i)) for i in range(req.n)))
+        for i, done in enumerate(dones):
             usage["completion_tokens"] += done.usage.completion_tokens
             choices.append({"index": i, "message": {"role": "assistant", "content": done.text},
                             "logprobs": _chat_logprobs(done.logprobs) if req.logprobs else None,
@@ -216,12 +256,11 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             prompt_lp = [TokenLogprob(backbone.tokenizer.decode([t]), lp, t) for t, lp in
                          zip(prompt_ids, [None, *lps])]  # the first token has no log-prob
         choices, completion_tokens = [], 0
-        for i in range(req.n):
-            if max_tokens == 0:
-                done = Completion("", "length", Usage(len(prompt_ids), 0), name, [], prompt_ids, [])
-            else:
-                p = params if params.seed is None else SamplingParams(**{**params.__dict__, "seed": params.seed + i})
-                done = await run_in_threadpool(backbone._run, prompt_ids, p)
+        if max_tokens == 0:
+            dones = [Completion("", "length", Usage(len(prompt_ids), 0), name, [], prompt_ids, [])] * req.n
+        else:
+            dones = await asyncio.gather(*(run_one(prompt_ids, with_seed(params, i)) for i in range(req.n)))
+        for i, done in enumerate(dones):
             completion_tokens += done.usage.completion_tokens
             text = (prompts[0] if req.echo else "") + done.text
             lp = None
@@ -238,6 +277,60 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         return error_response(APIError(400, str(exc), code="context_length_exceeded"))
 
     return app
+
+
+def _assemble(tokenizer: Any, ids: list[int], stops: Sequence[str]) -> tuple[str, list[int], int | None]:
+    """``(text, kept token ids, tokens used)`` of a generation, cut at the first stop string (used None: none).
+
+    Token by token as :meth:`LocalBackbone.stream_ids` does, so the cut (and the
+    tokens counted up to it) are those a streaming decoder would have stopped at.
+    """
+    text = tokenizer.decode(ids)
+    if not stops or not any(s in text for s in stops):
+        return text, list(ids), None
+    for n in range(1, len(ids) + 1):
+        part = tokenizer.decode(ids[:n])
+        hits = [i for i in (part.find(s) for s in stops) if i >= 0]
+        if hits:
+            cut = min(hits)
+            keep = next((k for k in range(n + 1) if len(tokenizer.decode(ids[:k])) >= cut), n)
+            return part[:cut], list(ids[:keep]), n
+    return text, list(ids), None  # unreachable: the full text holds a stop string
+
+
+def _score(backbone: LocalBackbone, prompt_ids: list[int], ids: list[int], top: int) -> list[TokenLogprob]:
+    """log p(ids[i] | prompt, ids[:i]) at temperature 1, with the ``top`` likeliest alternatives."""
+    if not ids:
+        return []
+    torch = backbone._torch
+    seq = torch.tensor([list(prompt_ids) + list(ids)], device=backbone.device)
+    with backbone._lock, torch.inference_mode():
+        logits = backbone.model(input_ids=seq).logits[0, len(prompt_ids) - 1:-1].float().cpu()
+    logp = torch.log_softmax(logits, dim=-1)
+    decode = backbone.tokenizer.decode
+    out = []
+    for row, tok in zip(logp, ids):
+        alts = []
+        if top:
+            vals, idx = torch.topk(row, top)
+            alts = [(decode([int(i)]), float(v)) for v, i in zip(vals, idx)]
+        out.append(TokenLogprob(decode([tok]), float(row[tok]), tok, alts))
+    return out
+
+
+def _deltas(tokenizer: Any, done: Completion) -> Iterator[TextDelta | Completion]:
+    """A finished completion as stream pieces: one per token whose text is final, then the completion itself."""
+    lps, text, ids = done.logprobs or [], done.text, done.token_ids or []
+    sent = tok_sent = 0
+    for n in range(1, len(ids) + 1):
+        part = tokenizer.decode(ids[:n])
+        safe = min(len(part) - part.endswith("\ufffd"), len(text))  # half a UTF-8 character waits
+        if safe > sent:
+            yield TextDelta(text[sent:safe], lps[tok_sent:n])
+            sent, tok_sent = safe, n
+    if len(text) > sent or lps[tok_sent:]:
+        yield TextDelta(text[sent:], lps[tok_sent:])
+    yield done
 
 
 def parse_json(raw: bytes) -> Any:

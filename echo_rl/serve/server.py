@@ -62,6 +62,9 @@ class ModelServer:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)
+        host = getattr(getattr(self.app, "state", None), "engine_host", None)
+        if host is not None:  # lifespan is off here, so the app's engine is stopped by hand
+            host.close(timeout)
         if self._sock is not None:
             self._sock.close()
         self._server = self._thread = self._sock = None

@@ -205,14 +205,16 @@ def test_extreme_but_valid_values_are_served(tiny, stream):
 
 def test_stream_failure_after_200_is_an_error_event(tiny, monkeypatch):
     """A fault mid-stream ends the stream with an OpenAI-shaped error event and [DONE], not a dropped connection."""
-    real = type(tiny).stream_ids
+    from echo_rl.serve import app as serve_app
 
-    def failing(self, prompt_ids, params):
-        gen = real(self, prompt_ids, params)
+    real = serve_app._deltas
+
+    def failing(tokenizer, done):
+        gen = real(tokenizer, done)
         yield next(gen)
         raise RuntimeError("device lost")
 
-    monkeypatch.setattr(type(tiny), "stream_ids", failing)
+    monkeypatch.setattr(serve_app, "_deltas", failing)
     with ModelServer(create_app(tiny, model_name="tiny")) as srv, \
             httpx.Client(base_url=f"http://{srv.host}:{srv.port}", timeout=60) as http:
         body = dict(VALID, max_tokens=8, stream=True)
@@ -223,7 +225,7 @@ def test_stream_failure_after_200_is_an_error_event(tiny, monkeypatch):
         assert events[-1] == "[DONE]"
         err = json.loads(events[-2])["error"]
         assert "device lost" in err["message"] and err["type"] == "server_error"
-        monkeypatch.setattr(type(tiny), "stream_ids", real)
+        monkeypatch.setattr(serve_app, "_deltas", real)
         assert http.post(CHAT, json=VALID).status_code == 200
 
 

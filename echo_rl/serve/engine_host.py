@@ -1,0 +1,105 @@
+"""The one execution engine behind ``echo-rl serve``, on an event loop of its own.
+
+Serving through :class:`~echo_rl.engine.engine.AsyncExecutionEngine` makes
+concurrent requests decode together, one packed forward per token, and share
+the radix prefix cache (a common system prompt is computed once). The engine
+lives on a private asyncio loop in a daemon thread, so it does not depend on
+which loop the HTTP server runs (uvicorn, a test client) and a request handler
+only waits on a future. Engine faults become :class:`~echo_rl.serve.app.APIError`
+here, so the server has one error type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from echo_rl.config import ConfigError
+
+# Requests wait for admission at most this long (the engine's 30 s default is for RL rollouts, not clients).
+ADMISSION_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Generated:
+    """One engine request's output in serve's terms."""
+
+    token_ids: list[int]  # as sampled, the final EOS included
+    finish_reason: str  # "stop" (EOS) or "length"
+
+
+class EngineHost:
+    """Owns the engine and its loop thread; started on first use, stopped by :meth:`close`."""
+
+    def __init__(self, backbone: Any, *, max_concurrent: int = 64) -> None:
+        from echo_rl.config import ExecutionConfig
+        from echo_rl.engine.engine import AsyncExecutionEngine
+
+        cfg = ExecutionConfig(max_concurrent_rollouts=max_concurrent, timeout=ADMISSION_TIMEOUT_S,
+                              max_context_length=backbone.max_context)
+        try:
+            self.engine = AsyncExecutionEngine(cfg, backbone.model, device=backbone.device)
+        except NotImplementedError as exc:  # an architecture the packed runner cannot execute exactly
+            raise ConfigError(f"echo-rl serve runs on the execution engine, which cannot run this checkpoint: "
+                              f"{exc}") from None
+        self.stop_ids = tuple(sorted(backbone.eos_ids))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _ensure_started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.run_until_complete(self.engine.start())
+                    ready.set()
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, daemon=True, name="echo-rl-serve-engine")
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
+                       seed: int | None) -> Generated:
+        """Submit one request to the shared engine and wait for it (a cancelled wait cancels the request)."""
+        from echo_rl.engine.engine import ContextLengthError, EngineClosedError, RequestFailedError
+        from echo_rl.serve.app import APIError
+
+        loop = self._ensure_started()
+        coro = self.engine.generate(prompt_ids, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                                    stop_token_ids=self.stop_ids, seed=seed)
+        try:
+            res = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+        except ContextLengthError as exc:
+            raise APIError(400, f"This model's maximum context length is exceeded: {exc}", param="max_tokens",
+                           code="context_length_exceeded") from None
+        except (EngineClosedError, TimeoutError) as exc:
+            raise APIError(503, f"the engine cannot take the request now: {exc}", type="server_error") from None
+        except RequestFailedError as exc:
+            raise APIError(500, f"internal error: {exc}", type="server_error") from None
+        except ValueError as exc:  # the engine refused the input
+            raise APIError(400, str(exc)) from None
+        return Generated(list(res.token_ids), res.finish_reason)
+
+    def snapshot(self) -> dict[str, float]:
+        return self.engine.snapshot()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the engine (in-flight requests fail with a 503) and its loop thread."""
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.engine.stop(), loop).result(timeout)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout)
+        loop.close()
