@@ -43,3 +43,9 @@ def resolve(use_native: bool | None):
     if use_native and _native is None:
         raise RuntimeError(f"use_native=True but {kernels_status()}")
     return _native if use_native else None
+
+
+def as_c_contiguous(arr):
+    """``arr`` itself when C-contiguous, else a C-contiguous copy; keeps 0-d arrays 0-d
+    (``np.ascontiguousarray`` would make them 1-d)."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")

@@ -4,12 +4,18 @@ Attending over a context of t states costs ``b(t) = scale * t(t+1)/2`` (every ne
 attends to all earlier ones). Reusing a cached prefix of length t' saves its cost:
 ``b_eff = b(t) - b(t')``. The scheduler ranks requests by ``r / (b_eff + q + eps)`` and the
 run is judged by ``eta_bw = E[sum r] / (E[sum b_eff] + E_B[w * |l_PG|])``.
+
+The array forms use the compiled kernels when they are loaded (one pass that checks and computes;
+``use_native=False`` or ``ECHO_RL_DISABLE_NATIVE=1`` picks the numpy reference). A bad input sends
+them back to numpy, which raises the named error, so both paths fail with the same message.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from echo_rl.kernels._backend import resolve
+from echo_rl.kernels._backend import as_c_contiguous as _c
 from echo_rl.kernels._validate import as_float_array, check_finite
 
 
@@ -28,9 +34,15 @@ def attention_bandwidth_cost(t: int, scale: float = 1.0) -> float:
     return _check_scale(scale) * t * (t + 1) / 2.0
 
 
-def attention_bandwidth_cost_batch(t, scale: float = 1.0) -> np.ndarray:
+def attention_bandwidth_cost_batch(t, scale: float = 1.0, *, use_native: bool | None = None) -> np.ndarray:
     """Vectorised ``attention_bandwidth_cost`` over an array of lengths (float64 out)."""
     arr = as_float_array(t, "t")
+    nat = resolve(use_native)
+    if nat is not None:
+        arr = _c(arr)
+        out = np.empty(arr.shape)
+        if nat.attention_cost(arr, _check_scale(scale), out) < 0:
+            return out if out.ndim else out[()]
     check_finite(arr, "t", nonnegative=True)
     if np.any(arr != np.floor(arr)):
         bad = int(np.flatnonzero((arr != np.floor(arr)).ravel())[0])
@@ -38,7 +50,8 @@ def attention_bandwidth_cost_batch(t, scale: float = 1.0) -> np.ndarray:
     return _check_scale(scale) * arr * (arr + 1.0) / 2.0
 
 
-def effective_bandwidth_cost(t=None, t_prefix=None, scale: float = 1.0, *, seq_len=None, reuse_len=None):
+def effective_bandwidth_cost(t=None, t_prefix=None, scale: float = 1.0, *, seq_len=None, reuse_len=None,
+                             use_native: bool | None = None):
     """``b(t) - b(t')``: the cost left after reusing a cached prefix of length ``t' <= t``.
 
     Scalars give a float; arrays broadcast and give float64 arrays. ``seq_len`` /
@@ -48,8 +61,16 @@ def effective_bandwidth_cost(t=None, t_prefix=None, scale: float = 1.0, *, seq_l
     """
     t = _one_of("t", t, "seq_len", seq_len)
     t_prefix = _one_of("t_prefix", t_prefix, "reuse_len", reuse_len, default=0)
-    tt = attention_bandwidth_cost_batch(t, scale)
-    tp = attention_bandwidth_cost_batch(t_prefix, scale)
+    nat = resolve(use_native)
+    if nat is not None:
+        a = _c(as_float_array(t, "t"))
+        b = _c(as_float_array(t_prefix, "t_prefix"))
+        if a.shape == b.shape:  # broadcasting shapes go the numpy way
+            out = np.empty(a.shape)
+            if nat.effective_cost(a, b, _check_scale(scale), out) < 0:
+                return float(out) if out.ndim == 0 else out
+    tt = attention_bandwidth_cost_batch(t, scale, use_native=False)
+    tp = attention_bandwidth_cost_batch(t_prefix, scale, use_native=False)
     t_arr, p_arr = np.broadcast_arrays(as_float_array(t, "t"), as_float_array(t_prefix, "t_prefix"))
     if np.any(p_arr > t_arr):
         bad = int(np.flatnonzero((p_arr > t_arr).ravel())[0])
@@ -71,7 +92,8 @@ def _one_of(name: str, value, alias: str, alias_value, default=None):
     return out
 
 
-def bandwidth_aware_priorities(rewards, b_eff, queue, eps: float = 1e-6) -> np.ndarray:
+def bandwidth_aware_priorities(rewards, b_eff, queue, eps: float = 1e-6, *,
+                               use_native: bool | None = None) -> np.ndarray:
     """``r / (b_eff + q + eps)`` element-wise: expected reward per unit of attention bandwidth.
 
     ``queue`` is the queueing cost q in bandwidth units, like b_eff (see :func:`queue_costs`); b_eff, q >= 0.
@@ -79,6 +101,13 @@ def bandwidth_aware_priorities(rewards, b_eff, queue, eps: float = 1e-6) -> np.n
     r = as_float_array(rewards, "rewards")
     b = as_float_array(b_eff, "b_eff")
     q = as_float_array(queue, "queue")
+    nat = resolve(use_native)
+    e = float(eps)
+    if nat is not None and r.shape == b.shape == q.shape and np.isfinite(e) and e > 0:
+        out = np.empty(r.shape)
+        if nat.bw_priorities(_c(r), _c(b), _c(q),
+                             e, out) < 0:
+            return out if out.ndim else out[()]
     check_finite(r, "rewards")
     check_finite(b, "b_eff", nonnegative=True)
     check_finite(q, "queue", nonnegative=True)
@@ -119,7 +148,7 @@ def schedule_priorities(priorities, k: int | None = None) -> np.ndarray:
 
 
 def bandwidth_efficiency(episode_rewards, episode_bandwidth, pg_losses=None,
-                         pg_weights=1.0) -> float:
+                         pg_weights=1.0, *, use_native: bool | None = None) -> float:
     """``eta_bw = E[sum r] / (E[sum b_eff] + E_B[w * |l_PG|])``.
 
     ``episode_rewards`` and ``episode_bandwidth`` hold one total per episode (sum of r_t and of
@@ -128,6 +157,11 @@ def bandwidth_efficiency(episode_rewards, episode_bandwidth, pg_losses=None,
     """
     r = as_float_array(episode_rewards, "episode_rewards", ndim=1)
     b = as_float_array(episode_bandwidth, "episode_bandwidth", ndim=1)
+    nat = resolve(use_native)
+    if nat is not None:
+        eta = _efficiency_native(nat, r, b, pg_losses, pg_weights)
+        if eta is not None:
+            return eta
     if r.size == 0:
         raise ValueError("episode_rewards is empty: need at least one episode")
     if b.size == 0:
@@ -145,3 +179,20 @@ def bandwidth_efficiency(episode_rewards, episode_bandwidth, pg_losses=None,
     if denom == 0.0:
         raise ValueError("bandwidth_efficiency: denominator is zero (no bandwidth and no loss recorded)")
     return float(r.mean()) / denom
+
+
+def _efficiency_native(nat, r, b, pg_losses, pg_weights):
+    """eta_bw from the compiled kernel, or None (bad input, zero denominator, odd weight shape)."""
+    lo = w_arr = None
+    w0 = 1.0
+    if pg_losses is not None:
+        lo = as_float_array(pg_losses, "pg_losses", ndim=1)
+        w = as_float_array(pg_weights, "pg_weights")
+        if w.ndim == 0:
+            w0 = float(w)
+        elif w.shape == lo.shape:
+            w_arr = _c(w)
+        else:
+            return None
+        lo = _c(lo)
+    return nat.bw_efficiency(_c(r), _c(b), lo, w_arr, w0)

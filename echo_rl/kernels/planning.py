@@ -2,12 +2,16 @@
 
 Plans are float vectors ``tau`` of size D. Gaussian plans are given by mean and
 *log-variance* (the usual VAE parameterisation: unconstrained and stable to exponentiate).
+``EMAPlanTracker.update_batch`` and ``plan_surprise_batch`` use the compiled kernels when loaded
+(``use_native=False`` picks numpy); the one-plan forms stay numpy, a C call saves nothing there.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from echo_rl.kernels._backend import resolve
+from echo_rl.kernels._backend import as_c_contiguous as _c
 from echo_rl.kernels._validate import as_float_array, check_finite
 
 
@@ -18,12 +22,14 @@ class EMAPlanTracker:
     early plans is measured against real plans rather than against the origin.
     """
 
-    def __init__(self, decay: float = 0.99, dim: int | None = None):
+    def __init__(self, decay: float = 0.99, dim: int | None = None, *, use_native: bool | None = None):
         if not (0.0 <= float(decay) <= 1.0):
             raise ValueError(f"decay={decay!r} is invalid: must be in [0, 1]")
         if dim is not None and int(dim) < 1:
             raise ValueError(f"dim={dim!r} is invalid: must be >= 1")
         self.decay = float(decay)
+        resolve(use_native)  # use_native=True without the compiled kernels fails here, not later
+        self.use_native = use_native  # a flag, not the module: the tracker stays copyable
         self.dim = None if dim is None else int(dim)
         self._mean: np.ndarray | None = None
         self.count = 0
@@ -58,10 +64,23 @@ class EMAPlanTracker:
         return self._mean.copy()
 
     def update_batch(self, plans) -> np.ndarray:
-        """Fold plans [N, D] in row order (same result as N calls to ``update``), vectorised."""
+        """Fold plans [N, D] in row order (same result as N calls to ``update``), vectorised.
+
+        Compiled: the row-by-row recursion, bit for bit N ``update`` calls. numpy: the closed form
+        ``d^n tau_bar + (1-d) sum_i d^(n-1-i) x_i`` (equal within rounding).
+        """
         p = as_float_array(plans, "plans", ndim=2)
         if p.shape[0] == 0:
             return self.mean
+        nat = resolve(self.use_native)
+        if nat is not None and p.shape[1] >= 1 and self.dim in (None, p.shape[1]):
+            p = _c(p)
+            fresh = self._mean is None
+            new, rest = (p[0].copy(), p[1:]) if fresh else (self._mean.copy(), p)
+            if nat.ema_update(new, rest, self.decay) < 0 and not (fresh and not np.isfinite(new).all()):
+                self._mean, self.dim = new, p.shape[1]
+                self.count += p.shape[0]
+                return new.copy()
         self._check(p, "plans")
         if self._mean is None:
             self._mean, p = p[0].copy(), p[1:]
@@ -103,10 +122,18 @@ def plan_surprise(plan, ema_plan, reward: float = 0.0, surprise_weight: float = 
 
 
 def plan_surprise_batch(plans, ema_plan, rewards=None, surprise_weight: float = 1.0,
-                        reward_weight: float = 1.0) -> np.ndarray:
+                        reward_weight: float = 1.0, *, use_native: bool | None = None) -> np.ndarray:
     """Scores for plans [N, D] against one ``tau_bar`` [D]; ``rewards`` [N] (default 0)."""
     p = as_float_array(plans, "plans", ndim=2)
     m = as_float_array(ema_plan, "ema_plan", ndim=1)
+    nat = resolve(use_native)
+    if nat is not None and p.shape[1] == m.shape[0] >= 1:
+        r = None if rewards is None else _c(as_float_array(rewards, "rewards"))
+        if r is None or r.shape == (p.shape[0],):
+            out = np.empty(p.shape[0])
+            if nat.plan_surprise(_c(p), p.shape[1], _c(m), r,
+                                 float(surprise_weight), float(reward_weight), out) < 0:
+                return out
     if p.shape[1] != m.shape[0]:
         raise ValueError(f"plans have dimension {p.shape[1]} but ema_plan has {m.shape[0]}")
     check_finite(p, "plans")

@@ -4,12 +4,16 @@ Two rules: ``proportional`` (classic PER, ``P(i) ∝ p_i^alpha``) and ``softmax`
 (``P(i) ∝ exp(s_i / T)``, computed as ``exp((s_i - max s) / T)`` so it never overflows).
 Draws are stratified by default: the unit interval is cut into n equal strata and one draw
 falls in each, which lowers variance without biasing any single draw's marginal.
+The draw step (cumsum, search, zero step-back) is compiled when the kernels are loaded; given the
+same uniforms both paths return the same indices (``use_native=False`` picks numpy).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from echo_rl.kernels._backend import resolve
+from echo_rl.kernels._backend import as_c_contiguous as _c
 from echo_rl.kernels._validate import as_float_array, check_finite
 
 MODES = ("proportional", "softmax")
@@ -43,7 +47,7 @@ def priority_probabilities(priorities, mode: str = "proportional", alpha: float 
 
 def priority_sample(priorities, n: int, rng: np.random.Generator | int | None = None, *,
                     mode: str = "proportional", alpha: float = 1.0, temperature: float = 1.0,
-                    stratified: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                    stratified: bool = True, use_native: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``n`` indices with replacement; return ``(indices int64[n], P(indices) float64[n])``."""
     if isinstance(n, bool) or int(n) != n or n < 1:
         raise ValueError(f"n={n!r} is invalid: must be an integer >= 1")
@@ -51,6 +55,11 @@ def priority_sample(priorities, n: int, rng: np.random.Generator | int | None = 
     probs = priority_probabilities(priorities, mode, alpha, temperature)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     u = rng.random(n)
+    nat = resolve(use_native)
+    if nat is not None:
+        idx, pv = np.empty(n, np.int64), np.empty(n)
+        nat.cdf_sample(_c(probs), u, bool(stratified), idx, pv)
+        return idx, pv
     if stratified:
         u = (np.arange(n) + u) / n
     cdf = np.cumsum(probs)

@@ -1,4 +1,8 @@
-"""Token-sequence kernels: shared-prefix length (for KV reuse) and stable state hashes."""
+"""Token-sequence kernels: shared-prefix length (for KV reuse) and stable state hashes.
+
+``prefix_match_batch`` compares int64/int32 candidates in C when the kernels are loaded (early
+exit at the first mismatch, no per-candidate Python call); other candidates go through numpy.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import hashlib
 import struct
 
 import numpy as np
+
+from echo_rl.kernels._backend import resolve
 
 
 def _tokens(x, name: str) -> np.ndarray:
@@ -27,9 +33,17 @@ def prefix_match(a, b) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def prefix_match_batch(query, candidates) -> np.ndarray:
+def prefix_match_batch(query, candidates, *, use_native: bool | None = None) -> np.ndarray:
     """``prefix_match(query, c)`` for each candidate sequence (int64 array)."""
     q = _tokens(query, "query")
+    nat = resolve(use_native)
+    if nat is not None and (q.dtype.kind in "ib" or (q.dtype.kind == "u" and q.dtype.itemsize < 8)):
+        cands = candidates if isinstance(candidates, (list, tuple)) else list(candidates)
+        out = np.empty(len(cands), np.int64)
+        nat.prefix_match(np.ascontiguousarray(q, dtype=np.int64), cands, out)
+        for i in np.flatnonzero(out < 0):  # lists, other dtypes, bad shapes: the numpy path
+            out[i] = prefix_match(q, _tokens(cands[i], f"candidates[{i}]"))
+        return out
     return np.array([prefix_match(q, _tokens(c, f"candidates[{i}]")) for i, c in enumerate(candidates)],
                     dtype=np.int64)
 
