@@ -1,5 +1,6 @@
 // Compiled fast path for the replay kernels: sum-tree set/find/sample, priority updates, row
-// gathers and the single-transition add. Built by setup.py as the optional extension
+// gathers and the single-transition add; and for the batch math kernels of bandwidth.py,
+// planning.py, sampling.py and sequence.py (see "Batch math kernels" below). Built by setup.py as the optional extension
 // ``echo_rl.kernels._native`` with nothing but a C++ compiler: the CPython C API and the buffer
 // protocol (no numpy headers). Every function mirrors a numpy reference in sumtree_ref.py or in
 // echo_rl/core/replay; the property tests compare them on random inputs.

@@ -26,6 +26,14 @@ def _check_scale(scale: float) -> float:
     return s
 
 
+def _valid_scale(scale) -> bool:
+    try:
+        _check_scale(scale)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def attention_bandwidth_cost(t: int, scale: float = 1.0) -> float:
     """``scale * t(t+1)/2`` for one context length ``t >= 0``."""
     if isinstance(t, bool) or int(t) != t or t < 0:
@@ -38,10 +46,10 @@ def attention_bandwidth_cost_batch(t, scale: float = 1.0, *, use_native: bool | 
     """Vectorised ``attention_bandwidth_cost`` over an array of lengths (float64 out)."""
     arr = as_float_array(t, "t")
     nat = resolve(use_native)
-    if nat is not None:
+    if nat is not None and _valid_scale(scale):  # a bad scale: numpy raises, after checking t
         arr = _c(arr)
         out = np.empty(arr.shape)
-        if nat.attention_cost(arr, _check_scale(scale), out) < 0:
+        if nat.attention_cost(arr, float(scale), out) < 0:
             return out if out.ndim else out[()]
     check_finite(arr, "t", nonnegative=True)
     if np.any(arr != np.floor(arr)):
@@ -62,12 +70,12 @@ def effective_bandwidth_cost(t=None, t_prefix=None, scale: float = 1.0, *, seq_l
     t = _one_of("t", t, "seq_len", seq_len)
     t_prefix = _one_of("t_prefix", t_prefix, "reuse_len", reuse_len, default=0)
     nat = resolve(use_native)
-    if nat is not None:
+    if nat is not None and _valid_scale(scale):
         a = _c(as_float_array(t, "t"))
         b = _c(as_float_array(t_prefix, "t_prefix"))
         if a.shape == b.shape:  # broadcasting shapes go the numpy way
             out = np.empty(a.shape)
-            if nat.effective_cost(a, b, _check_scale(scale), out) < 0:
+            if nat.effective_cost(a, b, float(scale), out) < 0:
                 return float(out) if out.ndim == 0 else out
     tt = attention_bandwidth_cost_batch(t, scale, use_native=False)
     tp = attention_bandwidth_cost_batch(t_prefix, scale, use_native=False)

@@ -77,6 +77,26 @@ def test_bandwidth_cost_errors_match(bad):
     same_error(effective_bandwidth_cost, bad, np.zeros(len(bad)))
     same_error(effective_bandwidth_cost, np.full(len(bad), 10.0), bad)
     same_error(attention_bandwidth_cost_batch, [1, 2], scale=0.0)
+    same_error(attention_bandwidth_cost_batch, bad, scale=np.nan)  # t is named first on both paths
+    same_error(effective_bandwidth_cost, bad, 0, scale=-1.0)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # numpy's inf, same as the compiled one
+def test_large_values_match():
+    t = np.array([0.0, 1.0, 2.0 ** 52, 1e154, 1e200])  # the last overflows to inf on both paths
+    a, b = both(attention_bandwidth_cost_batch, t)
+    np.testing.assert_array_equal(a, b)
+    a, b = both(bandwidth_aware_priorities, [1e300, -1e300, 1.0], [1e308, 0.0, 1e-300], [1e308, 0.0, 0.0])
+    np.testing.assert_array_equal(a, b)
+    plans = np.array([[1e200, 0.0], [1e-200, -1e150]])
+    a, b = both(plan_surprise_batch, plans, np.zeros(2), [1e300, 1.0])
+    np.testing.assert_array_equal(a, b)
+    a, b = both(bandwidth_efficiency, [1e300, 1e300], [1e300, 1e300])
+    assert a == pytest.approx(b, rel=RTOL)
+    p = np.array([1e300, 1e-300, 1e300, 0.0])
+    a, b = both(priority_sample, p, 64, 1)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
 
 
 def test_prefix_longer_than_sequence_fails_alike():
