@@ -194,8 +194,11 @@ def _efficiency_native(nat, r, b, pg_losses, pg_weights):
     lo = w_arr = None
     w0 = 1.0
     if pg_losses is not None:
-        lo = as_float_array(pg_losses, "pg_losses", ndim=1)
-        w = as_float_array(pg_weights, "pg_weights")
+        try:  # odd losses/weights: numpy decides (it ignores the weights when there are no losses)
+            lo = as_float_array(pg_losses, "pg_losses", ndim=1)
+            w = as_float_array(pg_weights, "pg_weights")
+        except ValueError:
+            return None
         if w.ndim == 0:
             w0 = float(w)
         elif w.shape == lo.shape:

@@ -146,6 +146,9 @@ def test_bandwidth_efficiency_errors_match():
     same_error(bandwidth_efficiency, [1.0], [1.0], [np.inf])
     same_error(bandwidth_efficiency, [1.0], [1.0], [1.0], -1.0)
     same_error(bandwidth_efficiency, [1.0], [1.0], [1.0, 2.0], [1.0, 2.0, 3.0])
+    same_error(bandwidth_efficiency, [], [1.0], [[1.0]])  # the empty rewards are named first
+    same_error(bandwidth_efficiency, [1.0], [1.0], [1.0], "heavy")
+    assert both(bandwidth_efficiency, [2.0], [1.0], [], "ignored with no losses") == (2.0, 2.0)
 
 
 @pytest.mark.parametrize("n,d", [(1, 1), (2, 3), (17, 4), (64, 7), (1000, 32), (3, 1000)])
