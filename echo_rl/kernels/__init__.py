@@ -18,6 +18,10 @@ The kernel table (numpy arrays in, numpy arrays or floats out):
                                sampling, row gathers (compiled when available)
 =============================  ==============================================================
 
+The array (batch) forms of ``EMAPlanTracker``, ``plan_surprise``, ``prefix_match``,
+``priority_sample`` and the four bandwidth kernels run compiled when the module is
+loaded (``use_native=False`` forces numpy); one-value forms stay in numpy, where a C
+call gains nothing (docs/benchmarks.md, "Compiled kernels").
 ``kernels_available()`` says whether the compiled module is loaded.
 """
 

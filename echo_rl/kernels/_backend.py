@@ -10,6 +10,10 @@ import os
 
 _native = None
 _why_not = ""
+# every function _native.cpp defines; a loaded module lacking one is stale
+_FUNCTIONS = ("attention_cost", "effective_cost", "bw_priorities", "bw_efficiency", "plan_surprise", "ema_update",
+              "prefix_match", "cdf_sample", "scan", "tree_set", "tree_set_range", "tree_find", "tree_sample",
+              "first_invalid", "update_priorities", "per_update", "sample_region", "write_rows", "gather", "add_one")
 
 if os.environ.get("ECHO_RL_DISABLE_NATIVE", "").lower() in ("1", "true", "yes"):
     _why_not = "disabled by ECHO_RL_DISABLE_NATIVE"
@@ -19,6 +23,12 @@ else:
     except ImportError as exc:  # not built (no compiler at install time) or ABI mismatch
         _native = None
         _why_not = f"compiled kernels not built or not loadable ({exc}); reinstall with a C++ compiler"
+    else:  # a module built from an older _native.cpp would fail on first use of a newer kernel
+        _stale = [f for f in _FUNCTIONS if not hasattr(_native, f)]
+        if _stale:
+            _native = None
+            _why_not = (f"the compiled module predates its source (no {', '.join(_stale)}); "
+                        "rebuild with `pip install -e .`")
 
 
 def kernels_available() -> bool:
