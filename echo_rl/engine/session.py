@@ -25,9 +25,23 @@ class EngineFrontend:
                 self._episodes[episode_id].append(prompt_ids, role)
         return self._episodes[episode_id]
 
-    async def submit_rollout(self, episode_id: Any, new_token_ids: Sequence[int], *, role: str = "env_output",
-                             **generate_kwargs) -> "GenerationResult":
-        """One turn of an episode: append ``new_token_ids`` (the observation) to its history, then act."""
+    async def submit_rollout(self, episode_id: Any = None, new_token_ids: Sequence[int] | None = None, *,
+                             role: str = "env_output", state_sequence: Sequence[int] | None = None,
+                             priority: float | None = None, **generate_kwargs) -> "GenerationResult":
+        """One turn of an episode: append ``new_token_ids`` (the observation) to its history, then act.
+
+        ``submit_rollout(state_sequence=ids, priority=r)`` (the product description's form) acts on
+        one window of token ids with no episode kept; ``priority`` is r in the bandwidth-aware
+        admission priority r / (b_eff + q + eps) (``generate``'s ``reward_estimate``).
+        """
+        if priority is not None:
+            generate_kwargs["reward_estimate"] = priority
+        if state_sequence is not None:
+            if episode_id is not None or new_token_ids is not None:
+                raise TypeError("submit_rollout takes either (episode_id, new_token_ids) or state_sequence=, not both")
+            return await self.generate(state_sequence, **generate_kwargs)
+        if episode_id is None or new_token_ids is None:
+            raise TypeError("submit_rollout needs (episode_id, new_token_ids) or state_sequence=")
         session = self.episode(episode_id)
         session.append(new_token_ids, role)
         return await session.generate(**generate_kwargs)

@@ -310,3 +310,27 @@ def test_lm_rollouts_close_eta_bw_episodes_on_caps(tiny_lm, cap):
     trajs, snap = asyncio.run(run())
     assert all(t.info["truncated"] and t.num_turns == (2 if cap == "turns" else 1) for t in trajs)
     assert snap.episodes == 3 and math.isfinite(snap.eta_bw)
+
+
+def test_engine_snippet_submit_rollout_with_state_sequence_and_priority(tiny_lm):
+    """AsyncExecutionEngine(config=, model=, device=) and submit_rollout(state_sequence=, priority=) as documented."""
+    from echo_rl.config import ExecutionConfig
+    from echo_rl.core.async_execution import AsyncExecutionEngine
+
+    tok, model = tiny_lm
+    state_window = tok("You see a key and a door.")["input_ids"]
+
+    async def run():
+        async with AsyncExecutionEngine(config=ExecutionConfig(), model=model, device="cpu") as engine:
+            documented = await engine.submit_rollout(state_sequence=state_window, priority=1.0, max_new_tokens=5)
+            direct = await engine.generate(state_window, max_new_tokens=5, reward_estimate=1.0)
+            with pytest.raises(TypeError, match="either"):
+                await engine.submit_rollout("ep", [1], state_sequence=state_window)
+            with pytest.raises(ValueError, match="reward_estimate"):
+                await engine.submit_rollout(state_sequence=state_window, priority=float("nan"))
+            return documented, direct
+
+    documented, direct = asyncio.run(run())
+    assert documented.token_ids == direct.token_ids  # greedy: the documented form is generate() on the window
+    assert 1 <= len(documented.token_ids) <= 5
+    assert documented.prompt_length == len(state_window)
