@@ -1,7 +1,8 @@
 """`echo-rl serve` on the execution engine: concurrent requests batch and each still gets its own answer.
 
 Run as a script to time 1 request against 8 concurrent ones (the docs/benchmarks.md numbers):
-``nice .venv/bin/python tests/test_serve/test_batching.py [--backbone tiny] [--max-tokens 64] [--reps 3]``.
+``nice .venv/bin/python tests/test_serve/test_batching.py [--backbone tiny] [--max-tokens 64] [--reps 3]
+[--threads N]``.
 """
 
 import concurrent.futures
@@ -137,5 +138,10 @@ if __name__ == "__main__":
     ap.add_argument("--backbone", default="tiny")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     a = ap.parse_args()
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
     print(measure(a.backbone, a.max_tokens, a.reps))
