@@ -131,3 +131,5 @@ def test_serve_cli_rejects_api_backbones(monkeypatch, capsys):
     assert "serve needs a local checkpoint" in err and len(err.splitlines()) == 1
     assert main(["serve", "--backbone", "tiny", "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
+    assert main(["serve", "--backbone", "tiny", "--torch-threads", "-1"]) == 2
+    assert "--torch-threads" in capsys.readouterr().err
