@@ -75,11 +75,13 @@ def test_impala_learns_empty_5x5():
 @pytest.mark.slow
 def test_impala_leaves_the_uniform_policy_on_sparse_doorkey():
     # regression: raw sparse-reward advantages (~1e-2) against the shared entropy bonus kept the policy
-    # uniform (entropy ln 7 = 1.946) and DoorKey never learned; normalised advantages let it move
+    # uniform (entropy 1.94-1.95 throughout; ln 7 = 1.946) and DoorKey never learned; normalised advantages
+    # let it move. The bound sits between that and what the fix reaches on any CPU at 100k steps
+    # (1.58 on the Intel box it was written on, 1.87 on an AMD EPYC: float paths differ).
     env = "minigrid:MiniGrid-DoorKey-5x5-v0"
     cfg = TrainingConfig(env_name=env, agent="impala", num_actors=16, batch_size=2048, total_timesteps=150_000,
                          seed=0).with_overrides({"ppo_config.learning_rate": 1e-3, "ppo_config.batch_size": 256})
     agent = IMPALAAgent(cfg, make_vector_env(env, 16), torch.device("cpu"))
     while agent.env_steps < 100_000:
         m = agent.train_iteration()
-    assert m["loss/entropy"] < 1.85
+    assert m["loss/entropy"] < 1.90
