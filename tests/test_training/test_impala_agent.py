@@ -77,7 +77,7 @@ def test_impala_leaves_the_uniform_policy_on_sparse_doorkey():
     # regression: raw sparse-reward advantages (~1e-2) against the shared entropy bonus kept the policy
     # uniform (entropy 1.94-1.95 throughout; ln 7 = 1.946) and DoorKey never learned; normalised advantages
     # let it move. The bound sits between that and what the fix reaches on any CPU at 100k steps
-    # (1.58 on the Intel box it was written on, 1.87 on an AMD EPYC: float paths differ).
+    # (docs/results.md: 1.58 by 147k on the box it was written on; 1.87 at 100k on an AMD EPYC).
     env = "minigrid:MiniGrid-DoorKey-5x5-v0"
     cfg = TrainingConfig(env_name=env, agent="impala", num_actors=16, batch_size=2048, total_timesteps=150_000,
                          seed=0).with_overrides({"ppo_config.learning_rate": 1e-3, "ppo_config.batch_size": 256})
