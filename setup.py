@@ -32,7 +32,8 @@ class OptionalBuildExt(build_ext):
 ext_modules = []
 if os.environ.get("ECHO_RL_NO_NATIVE_BUILD", "").lower() not in ("1", "true", "yes"):
     compile_args = [] if sys.platform == "win32" else ["-O3", "-std=c++17"]
-    ext_modules.append(Extension("echo_rl.kernels._native", ["echo_rl/kernels/_native.cpp"],
+    sources = [f"echo_rl/kernels/native/{unit}.cpp" for unit in ("module", "sumtree", "rows", "batch_math")]
+    ext_modules.append(Extension("echo_rl.kernels._native", sources, depends=["echo_rl/kernels/native/common.h"],
                                  language="c++", extra_compile_args=compile_args, optional=True))
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

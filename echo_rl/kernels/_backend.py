@@ -10,7 +10,7 @@ import os
 
 _native = None
 _why_not = ""
-# every function _native.cpp defines; a loaded module lacking one is stale
+# every function native/module.cpp registers; a loaded module lacking one is stale
 _FUNCTIONS = ("attention_cost", "effective_cost", "bw_priorities", "bw_efficiency", "plan_surprise", "ema_update",
               "prefix_match", "cdf_sample", "scan", "tree_set", "tree_set_range", "tree_find", "tree_sample",
               "first_invalid", "update_priorities", "per_update", "sample_region", "write_rows", "gather", "add_one")
@@ -23,7 +23,7 @@ else:
     except ImportError as exc:  # not built (no compiler at install time) or ABI mismatch
         _native = None
         _why_not = f"compiled kernels not built or not loadable ({exc}); reinstall with a C++ compiler"
-    else:  # a module built from an older _native.cpp would fail on first use of a newer kernel
+    else:  # a module built from older sources would fail on first use of a newer kernel
         _stale = [f for f in _FUNCTIONS if not hasattr(_native, f)]
         if _stale:
             _native = None

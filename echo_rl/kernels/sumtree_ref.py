@@ -1,4 +1,4 @@
-"""Numpy reference of the sum-tree kernels (the compiled ones in ``_native.cpp`` must agree).
+"""Numpy reference of the sum-tree kernels (the compiled ones in ``native/sumtree.cpp`` must agree).
 
 Layout: an 8-ary tree in one float64 array, level by level from the root. Each node's 8 children
 are contiguous and 64-byte aligned — one cache line — so a descent or an update touches one line
