@@ -32,7 +32,7 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.agents import build_agent
-from echo_rl.training.progress import TrainingProgress
+from echo_rl.training.progress import TrainingProgress, WallClock
 from echo_rl.training.protocol import EVAL_SEED_OFFSET, Agent  # noqa: F401  (EVAL_SEED_OFFSET: re-exported)
 from echo_rl.training.run_dir import RunDirectory, default_run_dir
 from echo_rl.utils.monitoring import JsonlLogger
@@ -78,8 +78,11 @@ class EchoRLTrainer:
     # -- public -----------------------------------------------------------------
     async def train(self) -> TrainingMetrics:
         cfg = self.config
+        t0 = time.perf_counter()  # wall time counts everything: setup, warm start, evaluations, iterations
+        clock = WallClock()
         device = resolve_device(cfg.device)
         start_step = self._setup(device)
+        clock.setup = time.perf_counter() - t0
         metrics_log = JsonlLogger(self.run.metrics_path).open(truncate_after_step=start_step if self.resume else -1)
         timings_log = JsonlLogger(self.run.timings_path).open(truncate_after_step=start_step if self.resume else -1)
         try:
@@ -91,18 +94,29 @@ class EchoRLTrainer:
             raise
         agent = self.agent
         target = math.ceil(cfg.total_timesteps / cfg.steps_per_update) * cfg.steps_per_update
-        progress = TrainingProgress(target, start_step, enabled=self.show_progress)
+        # the bar's total is the budget asked for (an agent that takes whole updates may end a little past it)
+        progress = TrainingProgress(cfg.total_timesteps, start_step, enabled=self.show_progress)
         last_eval: dict[str, float] = {}
         history: list[dict[str, Any]] = []
-        t0, steps0 = time.perf_counter(), agent.env_steps
+        steps0 = agent.env_steps
+
+        async def evaluate(step: int) -> dict[str, float]:
+            tic = time.perf_counter()
+            result = await self.aevaluate()
+            clock.evaluation += time.perf_counter() - tic
+            progress.evaluation(step, result)
+            return result
+
         restore = self._install_sigint()
         threads = torch.get_num_threads()
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)  # process-wide: restored when train() returns
         try:
+            tic = time.perf_counter()
             await _maybe_await(agent.start())
+            clock.start = time.perf_counter() - tic
             if start_step == 0 and agent.evaluate_at_start:
-                last_eval = await self.aevaluate()
+                last_eval = await evaluate(0)
                 metrics_log.log({"train/updates": 0.0, **{f"eval/{k}": v for k, v in last_eval.items()}}, 0)
                 tb.log({f"eval/{k}": v for k, v in last_eval.items()}, 0)
                 history.append({"step": 0, **last_eval})
@@ -112,24 +126,26 @@ class EchoRLTrainer:
                     tic = time.perf_counter()
                     row = await _maybe_await(agent.train_iteration())
                     dt = time.perf_counter() - tic
+                    clock.iterations += dt
                     step = agent.env_steps
                     row["train/updates"] = float(agent.updates)
                     if self._due(prev, step, cfg.evaluation_frequency) and not self._finished(target):
-                        last_eval = await self.aevaluate()
+                        last_eval = await evaluate(step)
                         row.update({f"eval/{k}": v for k, v in last_eval.items()})
                         history.append({"step": step, **last_eval})
                     metrics_log.log(row, step)
-                    timing = {"time/sps": (step - prev) / dt, "time/elapsed": time.perf_counter() - t0,
-                              **agent.timings}
+                    elapsed = time.perf_counter() - t0
+                    timing = {"time/sps": (step - prev) / dt, "time/elapsed": elapsed,
+                              "time/avg_sps": (step - steps0) / elapsed, **agent.timings}
                     timings_log.log(timing, step)
                     tb.log({**row, **timing}, step)
-                    progress.update(step, row, timing["time/sps"], last_eval)
+                    progress.update(step, row, timing["time/avg_sps"], elapsed)
                     if self._due(prev, step, cfg.save_frequency) and not self._finished(target):
                         self._checkpoint()
                     await asyncio.sleep(0)
             interrupted = self._stop
             if not interrupted:
-                last_eval = await self.aevaluate()
+                last_eval = await evaluate(agent.env_steps)
                 metrics_log.log({"train/updates": float(agent.updates), **{f"eval/{k}": v for k, v in last_eval.items()}},
                                 agent.env_steps)
                 tb.log({f"eval/{k}": v for k, v in last_eval.items()}, agent.env_steps)
@@ -142,10 +158,10 @@ class EchoRLTrainer:
             metrics_log.close()
             timings_log.close()
             tb.close()
-        wall = time.perf_counter() - t0
-        result = TrainingMetrics(last_eval, agent.env_steps, agent.updates, wall, str(self.run.path),
+        clock.total = time.perf_counter() - t0
+        result = TrainingMetrics(last_eval, agent.env_steps, agent.updates, clock.total, str(self.run.path),
                                  interrupted, history)
-        self._finish(result, (agent.env_steps - steps0) / max(wall, 1e-9))
+        self._finish(result, clock, agent.env_steps - steps0)
         return result
 
     async def aevaluate(self, episodes: int | None = None) -> dict[str, float]:
@@ -215,14 +231,17 @@ class EchoRLTrainer:
         signal.signal(signal.SIGINT, handler)
         return lambda: signal.signal(signal.SIGINT, previous)
 
-    def _finish(self, result: TrainingMetrics, sps: float) -> None:
+    def _finish(self, result: TrainingMetrics, clock: WallClock, steps: int) -> None:
+        """``summary.json``: steps against the budget, and wall time over the whole run (``env_steps_per_s``)
+        beside the iterations alone (``iteration_env_steps_per_s``), with where the rest went (``time_s``)."""
         rows = JsonlLogger.read(self.run.metrics_path)
         self.run.plot_learning_curve(rows)
         self.run.write_summary({
             "env_name": self.config.env_name, "agent": self.config.agent, "seed": self.config.seed,
-            "total_timesteps": result.total_timesteps, "num_updates": result.num_updates,
+            "total_timesteps": result.total_timesteps, "timestep_budget": self.config.total_timesteps,
+            "num_updates": result.num_updates,
             "evaluation_results": result.evaluation_results, "interrupted": result.interrupted,
-            "wall_time_s": round(result.wall_time, 3), "env_steps_per_s": round(sps, 1),
+            "wall_time_s": round(result.wall_time, 3), **clock.summary(steps),
             **self.agent.summary_fields(),
         })
 

@@ -178,3 +178,14 @@ def test_eval_command_on_a_text_run(checkpoint, tmp_path):
     out = _eval_run(argparse.Namespace(run_dir=str(run), seed=None, episodes=1))
     assert out["episodes"] == 1.0 and out["checkpoint"].startswith("step_")
     assert out["heldout_env_ce"] == pytest.approx(trained.evaluation_results["heldout_env_ce"], abs=1e-6)
+
+
+def test_stops_at_the_step_budget_even_below_one_batch(checkpoint, tmp_path):
+    """A budget under batch_size: one update capped at its share of the steps left, then stop (the trainer's
+    round-up to whole batches of the vector agents would otherwise run more updates past the budget)."""
+    cfg = _cfg(checkpoint, total_timesteps=3, batch_size=8, **{"lm_config.sft_episodes": 0,
+                                                               "lm_config.heldout_pool": 0})
+    result = asyncio.run(EchoRLTrainer(cfg, tmp_path / "run", show_progress=False).train())
+    assert result.num_updates == 1 and 3 <= result.total_timesteps <= 3 + cfg.num_actors - 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["timestep_budget"] == 3 and summary["time_s"]["start"] > 0  # engine start counted

@@ -186,8 +186,10 @@ class LMAgent(AgentBase):
 
     @property
     def finished(self) -> bool:
+        """The step budget is spent (updates take whole episodes, so the trainer's round-up to whole batches
+        of ``batch_size`` does not apply), or ``lm_config.max_updates`` is reached."""
         n = self.config.lm_config.max_updates
-        return bool(n) and self.updates >= n
+        return self.env_steps >= self.config.total_timesteps or (bool(n) and self.updates >= n)
 
     def due(self) -> bool | None:
         """Evaluate/checkpoint now (after an update)? None: the trainer's env-step schedule decides."""
