@@ -28,23 +28,32 @@ Draws are stratified (one uniform per 1/n of the mass), found by a level-synchro
 the sum tree — O(log N) per draw, all draws of a batch advanced together. Importance weights are
 ``w_i = (N · P(i))^-beta / max_j w_j`` over the batch, N = samples stored.
 
+Which samples a draw returns is the buffer's *sampler* (``sampler="prioritized" | "uniform" |
+"fifo"``, :mod:`samplers`); the sum trees are kept whichever it is, so priorities survive a
+checkpoint. An optional :class:`~echo_rl.core.replay.rate_limiter.RateLimiter` holds the
+samples-per-insert ratio (Reverb's semantics): ``add``/``add_one`` wait for permission to insert and
+``sample`` for permission to draw, up to ``timeout`` (then :class:`RateLimited`); the waits happen
+outside the buffer's lock, so a blocked writer never blocks the learner that would release it.
+
 Thread-safety: one writer thread and one sampler thread may use a buffer concurrently — every
-public method holds one lock, and sampled data are copies, never views into the ring.
+public method holds one lock. Sampled data are copies (or the caller's ``out=`` arrays), except
+``sample(n, copy=False)`` of a FIFO batch that does not wrap around the ring: then ``Batch.data``
+are views into the ring itself (``Batch.view`` is True), valid while :meth:`view_valid` says so —
+until ``capacity - n`` further samples have been added.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from echo_rl.core.replay.rate_limiter import DEFAULT, RateLimited, RateLimiter
+from echo_rl.core.replay.samplers import ReplayNotReadyError, Sampler, make_sampler
 from echo_rl.core.replay.schema import Schema, SchemaError
 from echo_rl.core.replay.surprise import SurpriseCalculator
 from echo_rl.kernels import sumtree_ref
@@ -55,20 +64,18 @@ _REBASE = 30.0  # softmax leaves stay within exp(±30) of the shift (see module 
 _FORMAT = 1
 
 
-class ReplayNotReadyError(RuntimeError):
-    """Sampling was asked for before ``min_experiences`` samples were stored."""
-
-
 @dataclass
 class Batch:
     """A sampled batch: ``data`` (same pytree as the stored samples, leading axis n), the sample
     ``indices`` (ids for ``update_priorities``), importance ``weights`` and the draw
-    ``probabilities`` P(i)."""
+    ``probabilities`` P(i). ``view``: the data are views into the buffer's ring (see
+    ``PrioritizedReplayBuffer.view_valid``), not a copy."""
 
     data: Any
     indices: np.ndarray
     weights: np.ndarray
     probabilities: np.ndarray
+    view: bool = False
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
@@ -101,14 +108,16 @@ class PrioritizedReplayBuffer:
     (importance exponent), ``temperature`` (softmax T), ``priority_epsilon`` (added to
     proportional priorities), ``min_experiences`` (sampling below it raises
     :class:`ReplayNotReadyError`; check ``ready`` first), ``example`` (a sample fixing the schema;
-    else the first add does), ``seed``, ``use_native`` (None auto, False numpy, True compiled).
+    else the first add does), ``seed``, ``use_native`` (None auto, False numpy, True compiled),
+    ``sampler`` ("prioritized" | "uniform" | "fifo", see :mod:`samplers`), ``rate_limiter`` (a
+    :class:`RateLimiter`, or None for none).
     """
 
     def __init__(self, capacity: int | None = None, *, mode: str = "proportional", alpha: float = 0.6,
                  beta: float = 0.4, temperature: float = 1.0, priority_epsilon: float = 1e-6,
                  min_experiences: int = 1, example: Any = None, seed: int | None = None,
                  use_native: bool | None = None, surprise: SurpriseCalculator | None = None,
-                 config: Any = None):
+                 config: Any = None, sampler: str | Sampler = "prioritized", rate_limiter: RateLimiter | None = None):
         """``config=ReplayConfig(...)`` (the product's form) takes the capacity and every sampling
         parameter from the config, as :meth:`from_config`; then pass none of them here."""
         if config is not None:
@@ -135,7 +144,7 @@ class PrioritizedReplayBuffer:
         self._init(region_lengths=[capacity], region_ratios=[1.0], mode=mode, alpha=alpha, beta=beta,
                    temperature=temperature, priority_epsilon=priority_epsilon,
                    min_experiences=min_experiences, example=example, seed=seed, use_native=use_native,
-                   surprise=surprise)
+                   surprise=surprise, sampler=sampler, rate_limiter=rate_limiter)
 
     @classmethod
     def from_config(cls, config, *, example: Any = None, seed: int | None = None,
@@ -145,7 +154,7 @@ class PrioritizedReplayBuffer:
 
     # ------------------------------------------------------------------ setup
     def _init(self, *, region_lengths, region_ratios, mode, alpha, beta, temperature, priority_epsilon,
-              min_experiences, example, seed, use_native, surprise):
+              min_experiences, example, seed, use_native, surprise, sampler="prioritized", rate_limiter=None):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is invalid: allowed: {', '.join(MODES)}")
         self.mode = mode
@@ -175,6 +184,13 @@ class PrioritizedReplayBuffer:
         self._storage_t: tuple = ()
         self.stats = {"stale_updates": 0, "rebases": 0}
         self._const_cache = None
+        self.sampler = make_sampler(sampler)
+        if self.sampler.name != "prioritized" and len(self._lengths) > 1:
+            raise ValueError(f"sampler={self.sampler.name!r} is invalid for a buffer with {len(self._lengths)} age "
+                             f"regions: allowed: prioritized")
+        if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
+            raise TypeError(f"rate_limiter must be a RateLimiter or None, got {type(rate_limiter).__name__}")
+        self.rate_limiter = None if rate_limiter is None else rate_limiter.bind(self.capacity)
         if example is not None:
             self._set_schema(Schema.from_example(example))
 
@@ -271,12 +287,26 @@ class PrioritizedReplayBuffer:
             raise ValueError(f"{name}[{bad}]={float(p[bad])!r} is invalid: must be finite and >= 0")
 
     # ------------------------------------------------------------------- add
-    def add_one(self, sample: Any, priority: float | None = None) -> int:
+    def add_one(self, sample: Any, priority: float | None = None, *, timeout=DEFAULT) -> int:
         """Store one sample (any pytree matching the schema); return its id.
 
         ``priority`` defaults to the largest priority (proportional) or score (softmax) seen, so
         new samples are drawn soon. A bad sample raises naming the leaf; nothing is written.
+        With a rate limiter, waits up to ``timeout`` (default: the limiter's) for permission.
         """
+        lim = self.rate_limiter
+        if lim is None:
+            return self._add_one(sample, priority)
+        lim.acquire_inserts(1, timeout)
+        try:
+            nid = self._add_one(sample, priority)
+        except BaseException:
+            lim.refund(inserts=1)
+            raise
+        lim.commit(1)
+        return nid
+
+    def _add_one(self, sample: Any, priority: float | None) -> int:
         with self._lock:
             if priority is None:
                 p = self._default_priority()
@@ -321,12 +351,45 @@ class PrioritizedReplayBuffer:
                 self._note_priorities(p)
             return nid
 
-    def add(self, batch: Any, priorities=None) -> np.ndarray:
+    def add(self, batch: Any, priorities=None, *, timeout=DEFAULT) -> np.ndarray:
         """Store a batch (every leaf with a leading axis n); return the n ids.
 
         All leaves are checked before anything is written. When n exceeds the capacity only the
         last ``capacity`` samples are kept (the earlier ones would be evicted at once).
+        With a rate limiter the batch is admitted in pieces as the limiter allows, each piece
+        waiting up to ``timeout`` (default: the limiter's); on a refusal :class:`RateLimited`
+        says in ``done`` how many leading samples were stored.
         """
+        lim = self.rate_limiter
+        if lim is None:
+            return self.add_granted(batch, priorities)
+        with self._lock:
+            if self.schema is None:
+                self._set_schema(Schema.from_example(batch, batched=True))
+            n, leaves = self.schema.check_batch(batch)
+        pr = None if priorities is None else np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
+        if pr is not None and pr.shape[0] != n:
+            raise ValueError(f"priorities has {pr.shape[0]} entries for a batch of {n}")
+        done, out = 0, []
+        while done < n:
+            try:
+                k = lim.acquire_inserts(n - done, timeout)
+            except RateLimited as exc:
+                exc.done = done
+                raise
+            part = leaves if (done == 0 and k == n) else [x[done: done + k] for x in leaves]
+            try:
+                out.append(self.add_granted(self.schema.unflatten(part), None if pr is None else pr[done: done + k]))
+            except BaseException:
+                lim.refund(inserts=k)
+                raise
+            lim.commit(k)
+            done += k
+        return out[0] if len(out) == 1 else np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def add_granted(self, batch: Any, priorities=None) -> np.ndarray:
+        """:meth:`add` without asking the rate limiter: for a caller that took the limiter's
+        permission itself (``rate_limiter.acquire_inserts``, then ``commit``), e.g. the ingestion server."""
         with self._lock:
             if self.schema is None:
                 self._set_schema(Schema.from_example(batch, batched=True))
@@ -398,80 +461,55 @@ class PrioritizedReplayBuffer:
                 tree.set_range(lo % L, self._transform(self._raw[ids % self.capacity]))
 
     # --------------------------------------------------------------- sampling
-    def _region_counts(self, n: int, totals: list[float]) -> list[int]:
-        ratios = [r if t > 0 else 0.0 for r, t in zip(self._ratios, totals)]
-        s = sum(ratios)
-        if s <= 0:  # the configured split puts all mass on empty regions: use what is there
-            ratios = [1.0 if t > 0 else 0.0 for t in totals]
-            s = sum(ratios)
-        if s <= 0:
-            raise ValueError("cannot sample: all priorities are zero")
-        ratios = [r / s for r in ratios]
-        if len(ratios) == 1:
-            return [n], ratios
-        # randomized rounding keeps E[n_r] = n * ratio_r exactly
-        counts = [int(math.floor(n * r)) for r in ratios]
-        rest = n - sum(counts)
-        if rest:
-            frac = np.array([n * r - c for r, c in zip(ratios, counts)])
-            frac = frac / frac.sum()
-            extra = self._rng.choice(len(ratios), size=rest, replace=False, p=frac)
-            for j in extra:
-                counts[j] += 1
-        return counts, ratios
-
-    def sample(self, n: int, beta: float | None = None, out: Any = None) -> Batch:
+    def sample(self, n: int, beta: float | None = None, out: Any = None, *, copy: bool = True,
+               timeout=DEFAULT) -> Batch:
         """Draw ``n`` samples (with replacement) by priority; see the module docstring.
 
         ``out``: a pytree of the stored samples' structure whose leaves are C-contiguous, writable
         numpy arrays of shape ``(n, *leaf shape)`` and the schema's dtypes (e.g. preallocated, or
         ``tensor.numpy()`` of pinned torch tensors). The rows are gathered straight into them and
         ``Batch.data`` is ``out`` itself: no allocation and no further copy on the way to the learner.
+        ``copy=False``: when the sampler's batch is one unwrapped slot range (FIFO), ``Batch.data``
+        are views into the ring (no copy at all; see :meth:`view_valid`); otherwise rows are gathered.
+        With a rate limiter, waits up to ``timeout`` (default: the limiter's) for permission to draw.
         """
+        n = _check_int("n", n, 1)
+        lim = self.rate_limiter
+        if lim is None:
+            return self._sample(n, beta, out, copy)
+        lim.acquire_samples(n, timeout)
+        try:
+            return self._sample(n, beta, out, copy)
+        except BaseException:
+            lim.refund(samples=n)
+            raise
+
+    def _sample(self, n: int, beta, out, copy: bool) -> Batch:
         with self._lock:
-            n = _check_int("n", n, 1)
             out_leaves = None if out is None else self._check_out(out, n)
             if len(self) < self.min_experiences:
                 raise ReplayNotReadyError(f"buffer holds {len(self)} samples; sampling needs "
                                           f"min_experiences={self.min_experiences}")
             b = self.beta if beta is None else _check_float("beta", beta, lo=0.0, hi=1.0)
-            totals = [t.total for t in self._trees]
-            counts, ratios = self._region_counts(n, totals)
-            windows = self._windows(self._next_id)
-            ids_parts, slot_parts, prob_parts = [], [], []
-            for k, ratio, total, tree, L, (lo, hi) in zip(counts, ratios, totals, self._trees, self._lengths,
-                                                        windows):
-                if k == 0:
-                    continue
-                u = self._rng.random(k)
-                if self._nat is not None:
-                    ids = np.empty(k, dtype=np.int64)
-                    slots = np.empty(k, dtype=np.int64)
-                    probs = np.empty(k, dtype=np.float64)
-                    self._nat.sample_region(tree.tree, tree.offs, u, lo, L, self.capacity, ratio / total, ids,
-                                            slots, probs)
-                else:
-                    leaves, vals = sumtree_ref.tree_sample(tree.tree, tree.offs, u)
-                    ids = lo + (leaves - lo) % L
-                    slots = ids % self.capacity
-                    probs = vals * (ratio / total)
-                ids_parts.append(ids)
-                slot_parts.append(slots)
-                prob_parts.append(probs)
-            if len(ids_parts) == 1:
-                ids, slots, probs = ids_parts[0], slot_parts[0], prob_parts[0]
-            else:
-                ids, slots, probs = (np.concatenate(x) for x in (ids_parts, slot_parts, prob_parts))
+            ids, slots, probs = self.sampler.draw(self, n)
+            if b == 0.0 or self.sampler.name != "prioritized":
+                weights = np.ones(n, dtype=np.float64)
+            else:  # (N P_i)^-b / max_j (N P_j)^-b == (P_i / min_j P_j)^-b
+                weights = np.power(probs * (1.0 / probs.min()), -b)
+            s0 = int(slots[0])
+            if not copy and out is None and self.sampler.contiguous and s0 + n <= self.capacity:
+                data = self.schema.unflatten([leaf[s0: s0 + n] for leaf in self._storage])
+                return Batch(data, ids, weights, probs, view=True)
             outs = out_leaves or tuple(np.empty((n, *lf.shape), dtype=lf.dtype) for lf in self.schema.leaves)
             if self._nat is not None:
                 self._nat.gather(self._storage_t, slots, outs)
             else:
                 sumtree_ref.gather_rows(self._storage, slots, outs)
-            if b == 0.0:
-                weights = np.ones(n, dtype=np.float64)
-            else:  # (N P_i)^-b / max_j (N P_j)^-b == (P_i / min_j P_j)^-b
-                weights = np.power(probs * (1.0 / probs.min()), -b)
             return Batch(self.schema.unflatten(list(outs)) if out is None else out, ids, weights, probs)
+
+    def view_valid(self, batch: Batch) -> bool:
+        """Whether a ``copy=False`` batch's views still show its samples (none overwritten since)."""
+        return len(batch) == 0 or int(batch.indices[0]) >= self._next_id - self.capacity
 
     def _check_out(self, out: Any, n: int) -> tuple:
         """``out``'s leaves, or SchemaError naming the first leaf that cannot take n gathered rows."""
@@ -626,66 +664,24 @@ class PrioritizedReplayBuffer:
             "shift": self._shift, "rng": self._rng.bit_generator.state, "stats": self.stats,
             "schema": None if self.schema is None else self.schema.to_json(),
             "surprise": self.surprise.state_json(),
+            "sampler": self.sampler.name, "sampler_state": self.sampler.state(),
+            "rate_limiter": None if self.rate_limiter is None else self.rate_limiter.state(),
         }
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write contents, priorities, trees, RNG and surprise state to one ``.npz`` (atomically)."""
-        with self._lock:
-            path = Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            raw = self._raw if self._raw is not None else np.zeros(0)
-            arrays = {"raw": raw, "meta": np.array(json.dumps(self._meta()))}
-            for r, tree in enumerate(self._trees):
-                arrays[f"tree_{r}"] = tree.tree
-            for j, leaf in enumerate(self._storage):
-                arrays[f"leaf_{j}"] = leaf
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".replay-", suffix=".npz")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    np.savez(fh, **arrays)
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+    def save(self, path: str | os.PathLike, extra: dict | None = None) -> None:
+        """Write contents, priorities, trees, RNG, sampler, rate-limiter and surprise state to one
+        ``.npz`` (atomically, fsynced). ``extra``: JSON-able state of the caller saved alongside."""
+        from echo_rl.core.replay.persistence import save_buffer
 
-    def load(self, path: str | os.PathLike) -> None:
-        """Restore a buffer written by :meth:`save`: identical contents and sampling state.
+        save_buffer(self, path, extra)
 
-        The file must come from a buffer with the same layout (capacity / region sizes).
-        """
-        with self._lock:
-            path = Path(path)
-            if not path.is_file():
-                raise FileNotFoundError(f"replay file {path} does not exist")
-            with np.load(path, allow_pickle=False) as z:
-                meta = json.loads(str(z["meta"]))
-                if meta.get("format") != _FORMAT:
-                    raise ValueError(f"replay file {path} has format {meta.get('format')}, expected {_FORMAT}")
-                if meta["lengths"] != self._lengths:
-                    raise ValueError(f"replay file {path} has region sizes {meta['lengths']}, this buffer "
-                                     f"has {self._lengths}")
-                schema = None if meta["schema"] is None else Schema.from_json(meta["schema"])
-                trees = [z[f"tree_{r}"] for r in range(len(self._trees))]
-                raw = z["raw"]
-                leaves = [z[f"leaf_{j}"] for j in range(len(schema.leaves))] if schema else []
-            self.mode, self.alpha, self.beta = meta["mode"], meta["alpha"], meta["beta"]
-            self.temperature, self.priority_epsilon = meta["temperature"], meta["priority_epsilon"]
-            self.min_experiences, self._ratios = meta["min_experiences"], meta["ratios"]
-            self._next_id, self._max_priority = meta["next_id"], meta["max_priority"]
-            self._max_score, self._shift, self.stats = meta["max_score"], meta["shift"], meta["stats"]
-            self._rng.bit_generator.state = meta["rng"]
-            self.surprise.load_state_json(meta["surprise"])
-            if self._raw is not None:
-                self._raw[:] = raw
-            for tree, arr in zip(self._trees, trees):
-                tree.tree[:] = arr
-            if schema is None:
-                self.schema, self._storage, self._storage_t = None, [], ()
-            else:
-                self._set_schema(schema)
-                for dst, src in zip(self._storage, leaves):
-                    dst[...] = src
+    def load(self, path: str | os.PathLike) -> dict:
+        """Restore a buffer written by :meth:`save`: identical contents and sampling state; returns
+        the ``extra`` saved with it ({} if none). The file must come from a buffer with the same
+        layout (capacity / region sizes)."""
+        from echo_rl.core.replay.persistence import load_buffer
+
+        return load_buffer(self, path)
 
 
 __all__ = ["Batch", "MODES", "PrioritizedReplayBuffer", "ReplayNotReadyError", "SchemaError"]
