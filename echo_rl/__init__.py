@@ -24,6 +24,7 @@ _LAZY = {  # heavy modules (torch, the agents, the harness) load only when asked
     "EchoRLTrainer": "echo_rl.training.trainer",
     "BenchmarkConfig": "echo_rl.evaluation.benchmark",
     "EchoRLBenchmark": "echo_rl.evaluation.benchmark",
+    "load_policy": "echo_rl.export.loading",
 }
 
 
@@ -37,5 +38,5 @@ def __getattr__(name: str):
 
 __all__ = [
     "BandwidthConfig", "BenchmarkConfig", "ConfigError", "EchoRLBenchmark", "EchoRLTrainer", "ExecutionConfig", "PlanningConfig",
-    "PPOConfig", "ReplayConfig", "TrainingConfig", "__version__",
+    "PPOConfig", "ReplayConfig", "TrainingConfig", "__version__", "load_policy",
 ]

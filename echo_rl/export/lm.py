@@ -1,0 +1,59 @@
+"""Export a language-model run as a plain transformers checkpoint directory.
+
+The LM agent trains the backbone's full weights (``LMAgent.state_dict()["model"]``,
+no adapters), so the export is the backbone rebuilt as the run built it
+(``echo_rl.training.lm.loop.load_policy``: the same preset, seed and tokenizer),
+the trained weights loaded, and ``save_pretrained`` for model and tokenizer
+(chat template included). ``transformers.AutoModelForCausalLM.from_pretrained``,
+``echo-rl serve --backbone DIR`` and vLLM read that directory as is.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from echo_rl.config import ConfigError
+
+INFO_FILE = "echo_rl_export.json"
+
+
+def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, dict]:
+    from echo_rl.export.runs import newest_payload, run_config
+
+    config = run_config(run_dir)
+    if not config.text_task:
+        raise ConfigError(f"--run-dir {run_dir} is a vector-policy run ({config.agent} on {config.env_name}): "
+                          f"export it with --format onnx or torchscript")
+    payload, ckpt = newest_payload(run_dir, config)
+    weights = payload["state"].get("model")
+    if not isinstance(weights, dict) or not weights:
+        raise ConfigError(f"--run-dir {run_dir}/{ckpt}: the checkpoint holds no language-model weights ('model')")
+    from echo_rl.training.lm.loop import load_policy as load_backbone_policy
+
+    model, tokenizer = load_backbone_policy(config.backbone, config.seed)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise ConfigError(f"--run-dir {run_dir}/{ckpt}: its weights do not fit backbone {config.backbone!r} "
+                          f"({' '.join(str(exc).split())[:160]})") from None
+    path = Path(out) if out else Path(run_dir) / "export" / "transformers"
+    if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / INFO_FILE).is_file())):
+        raise ConfigError(f"--out {path} exists and is not an earlier export: give a new directory")
+    info = {"echo_rl_export": 1, "format": "transformers", "run_dir": str(run_dir), "checkpoint": ckpt,
+            "backbone": config.backbone, "env_name": config.env_name, "agent": config.agent, "seed": config.seed,
+            "step": payload["step"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path, info

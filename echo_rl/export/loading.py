@@ -1,0 +1,181 @@
+"""``echo_rl.load_policy``: one ``act(obs)`` over a run directory, an exported file or a hub model.
+
+Every source becomes a backend that maps inputs to (logits, values); the
+:class:`Policy` around it owns what acting needs beyond the network: raw
+MiniGrid observations encoded as in training, per-env plan windows for the
+EchoRL agent (``episode_start`` clears them, as ``EchoAgent.evaluate`` does),
+and greedy or seeded sampled actions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from echo_rl.config import ConfigError
+from echo_rl.export.vector import META_KEY, TS_EXTRA, require_onnx
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+
+
+class OnnxBackend:
+    def __init__(self, path: Path):
+        require_onnx()
+        import onnxruntime as ort
+
+        try:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = 1  # batch-of-a-few inference: threads cost more than they give
+            self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises several kinds for a damaged file
+            raise ConfigError(f"{path} is not a loadable ONNX model ({_one_line(exc)})") from None
+        raw = self.session.get_modelmeta().custom_metadata_map.get(META_KEY)
+        if raw is None:
+            raise ConfigError(f"{path} has no {META_KEY!r} metadata: it was not written by `echo-rl export`")
+        self.meta = json.loads(raw)
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        logits, values = self.session.run(None, inputs)
+        return logits, values
+
+
+class TorchBackend:
+    """A TorchScript export, or a run's own network (``module`` given)."""
+
+    def __init__(self, path: Path | None = None, module: Any = None, meta: dict | None = None):
+        import torch
+
+        if module is None:
+            extra = {TS_EXTRA: ""}
+            try:
+                module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+            except Exception as exc:  # noqa: BLE001 - not a TorchScript archive, or damaged
+                raise ConfigError(f"{path} is not a loadable TorchScript policy ({_one_line(exc)})") from None
+            if not extra[TS_EXTRA]:
+                raise ConfigError(f"{path} has no {TS_EXTRA}: it was not written by `echo-rl export`")
+            meta = json.loads(extra[TS_EXTRA])
+        self.module, self.meta, self._torch = module.eval(), meta, torch
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        with self._torch.no_grad():
+            logits, values = self.module(*(self._torch.as_tensor(inputs[k]) for k in self.meta["inputs"]))
+        return logits.numpy(), values.numpy()
+
+
+def encode_minigrid(obs: dict, encoding: dict) -> np.ndarray:
+    """A raw MiniGrid observation dict -> the flat uint8 vector the policy was trained on."""
+    vocab = {w: i for i, w in enumerate(encoding["mission_vocab"])}
+    bag = np.zeros(encoding["mission_other_slot"] + 1, np.uint8)
+    for word in re.findall(r"[a-z]+", obs["mission"].lower()):
+        bag[vocab.get(word, encoding["mission_other_slot"])] = 1
+    return np.concatenate([np.asarray(obs["image"], np.uint8).reshape(-1), [obs["direction"]], bag]).astype(np.uint8)
+
+
+class Policy:
+    """``act(obs)`` -> actions for a batch (or one) of observations; see the module docstring."""
+
+    def __init__(self, backend: Any, source: str):
+        self.backend, self.source, self.meta = backend, source, backend.meta
+        self.window = int(self.meta.get("window", 0))
+        self._states: np.ndarray | None = None
+        self._mask: np.ndarray | None = None
+        self._rng = np.random.default_rng(0)
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return f"Policy({m['agent']} on {m['env_name']}, {self.source})"
+
+    def seed(self, seed: int) -> None:
+        """Seed the sampling of ``act(..., deterministic=False)``."""
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self) -> None:
+        """Forget the plan windows (a new set of episodes)."""
+        self._states = self._mask = None
+
+    def _batch(self, obs: Any) -> tuple[np.ndarray, bool]:
+        if isinstance(obs, dict):
+            obs = [obs]
+            single = True
+        else:
+            single = isinstance(obs, np.ndarray) and obs.ndim == 1
+        if isinstance(obs, (list, tuple)) and obs and isinstance(obs[0], dict):
+            if not self.meta.get("obs_encoding"):
+                raise ValueError(f"{self.meta['env_name']} observations are arrays; dict observations are MiniGrid's")
+            arr = np.stack([encode_minigrid(o, self.meta["obs_encoding"]) for o in obs])
+        else:
+            arr = np.asarray(obs)
+            arr = arr[None] if arr.ndim == 1 else arr
+        if arr.ndim != 2 or arr.shape[1] != self.meta["obs_dim"]:
+            raise ValueError(f"observations must be [batch, {self.meta['obs_dim']}] (or one [{self.meta['obs_dim']}],"
+                             f" or MiniGrid dicts), got shape {arr.shape}")
+        return arr.astype(self.meta.get("obs_dtype", "uint8")), single
+
+    def logits_and_values(self, obs: Any, episode_start: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Action logits ``[B, A]`` and values ``[B]``. With a plan window, ``episode_start[i]`` True where
+        ``obs[i]`` begins an episode; without it each plan reads ``obs`` alone (as ``EchoAgent.act``)."""
+        arr, _ = self._batch(obs)
+        inputs = {"obs": arr}
+        if self.window:
+            n, k = len(arr), self.window
+            if episode_start is None:
+                states = np.zeros((n, k, arr.shape[1]), arr.dtype)
+                mask = np.zeros((n, k), bool)
+            else:
+                start = np.asarray(episode_start, bool).reshape(n)
+                if self._states is None or len(self._states) != n:
+                    self._states, self._mask = np.zeros((n, k, arr.shape[1]), arr.dtype), np.zeros((n, k), bool)
+                    start = np.ones(n, bool)
+                states, mask = np.roll(self._states, -1, axis=1), np.roll(self._mask, -1, axis=1)
+                states[start], mask[start] = 0, False
+                self._states, self._mask = states, mask
+            states[:, -1], mask[:, -1] = arr, True
+            inputs.update(window=states.copy(), mask=mask.copy())
+        return self.backend(inputs)
+
+    def act(self, obs: Any, episode_start: Any = None, deterministic: bool = True) -> np.ndarray | int:
+        """Greedy actions (``deterministic``), or actions sampled from the policy with :meth:`seed`'s RNG."""
+        logits, _ = self.logits_and_values(obs, episode_start)
+        if deterministic:
+            actions = logits.argmax(-1)
+        else:
+            p = np.exp(logits - logits.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            actions = (p.cumsum(-1) > self._rng.random((len(p), 1))).argmax(-1)
+        single = isinstance(obs, dict) or (isinstance(obs, np.ndarray) and obs.ndim == 1)
+        return int(actions[0]) if single else actions
+
+
+def load_policy(path_or_name: str | Path) -> Policy:
+    """A :class:`Policy` from a run directory (its newest checkpoint), an exported ``.onnx`` / ``.pt`` file, or a
+    hub model name (``echo_rl.hub.models.names()``, optionally written ``hub:NAME``)."""
+    text = str(path_or_name)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        from echo_rl.export.graph import policy_graph
+        from echo_rl.export.runs import load_vector_agent
+
+        agent, config, ckpt = load_vector_agent(path, flag="run directory")
+        graph, meta = policy_graph(agent, config)
+        meta["checkpoint"] = ckpt
+        return Policy(TorchBackend(module=graph, meta=meta), f"{path} ({ckpt})")
+    if path.is_file():
+        if path.suffix == ".onnx":
+            return Policy(OnnxBackend(path), str(path))
+        if path.suffix == ".pt":
+            return Policy(TorchBackend(path), str(path))
+        raise ConfigError(f"{path}: unknown policy file type {path.suffix!r}; allowed: .onnx, .pt (from "
+                          f"`echo-rl export`), a run directory or a hub model name")
+    from echo_rl.hub import models
+
+    name = text[4:] if text.startswith("hub:") else text
+    if name in models.names():
+        return Policy(OnnxBackend(models.path(name)), f"hub:{name}")
+    raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.pt file nor a hub model; "
+                      f"hub models: {', '.join(models.names()) or 'none'}")

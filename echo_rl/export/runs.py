@@ -1,0 +1,59 @@
+"""Open a trained run directory as an agent with its newest weights, for export and ``load_policy``.
+
+Weights only (``rollout=False``): the envs mid-episode are never unpickled or
+rebuilt, and the agent is built on one actor (a policy acts on any batch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from echo_rl.config import ConfigError, TrainingConfig
+
+VECTOR_AGENTS = ("ppo", "impala", "echo-rl")
+
+
+def run_config(run_dir: str | Path, flag: str = "--run-dir") -> TrainingConfig:
+    from echo_rl.training.run_dir import RunDirectory
+
+    return RunDirectory.config_of(run_dir, flag=flag)
+
+
+def newest_payload(run_dir: str | Path, config: TrainingConfig, flag: str = "--run-dir") -> tuple[dict, str]:
+    """(state.pt payload, checkpoint name) of the newest checkpoint that loads; ConfigError when the run
+    has none (not trained yet) or none loads."""
+    from echo_rl.training.run_dir import RunDirectory
+
+    run = RunDirectory(run_dir, config)
+    if run.latest_checkpoint() is None:
+        raise ConfigError(f"{flag} {run_dir} has no checkpoint: the run is not trained yet "
+                          f"(train it with `echo-rl train --run-dir {run_dir}`)")
+    got: dict[str, Any] = {}
+    ckpt = run.load_newest(lambda payload, _: got.setdefault("payload", payload), rollout=False)
+    return got["payload"], ckpt.name
+
+
+def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any, TrainingConfig, str]:
+    """(agent with the run's newest weights, its config, checkpoint name) for a vector-env run."""
+    import torch
+
+    from echo_rl.training.agents import build_agent
+
+    config = run_config(run_dir, flag)
+    if config.text_task:
+        raise ConfigError(f"{flag} {run_dir} is a language-model run ({config.env_name}, backbone "
+                          f"{config.backbone}); it exports as a transformers checkpoint, not a vector policy")
+    if config.agent not in VECTOR_AGENTS:
+        raise ConfigError(f"{flag} {run_dir}: agent {config.agent!r} cannot be exported yet; "
+                          f"export supports {', '.join(VECTOR_AGENTS)}")
+    payload, name = newest_payload(run_dir, config, flag)
+    one = config.with_overrides({"num_actors": 1, "backend": "local", "vector_env": "sync", "device": "cpu"})
+    agent = build_agent(one, torch.device("cpu"))
+    try:
+        agent.load_state_dict(payload["state"])
+    except Exception as exc:  # noqa: BLE001 - weights that do not fit the agent the config builds
+        agent.close()
+        raise ConfigError(f"{flag} {run_dir}/{name}: its weights do not fit a {config.agent} agent "
+                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
+    return agent, config, name

@@ -1,0 +1,37 @@
+"""Drive a policy exported by `echo-rl export --format onnx` on MiniGrid with no echo_rl installed.
+
+usage: python standalone_policy.py policy.onnx [episodes] [seed] [num_envs]   (needs numpy, onnxruntime, minigrid)
+Episodes are the ones `echo-rl eval` runs (env i reset with seed + 10000*i, then its quota of episodes in a row);
+actions are greedy, so the success rate equals echo_rl.load_policy(...)'s on the same seeds.
+"""
+import json, re, sys
+import gymnasium as gym, minigrid, numpy as np, onnxruntime as ort  # noqa: F401 (minigrid registers its envs)
+
+path, *rest = sys.argv[1:]
+episodes, seed, num_envs = (int(a) for a in rest + ["100", "1000000", "16"][len(rest):])
+sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+meta = json.loads(sess.get_modelmeta().custom_metadata_map["echo_rl"])
+enc, k = meta["obs_encoding"], meta["window"]
+vocab = {w: i for i, w in enumerate(enc["mission_vocab"])}
+
+def encode(o):  # image indices, direction, bag of mission words: the layout the policy was trained on
+    bag = np.zeros(enc["mission_other_slot"] + 1, np.uint8)
+    for w in re.findall(r"[a-z]+", o["mission"].lower()):
+        bag[vocab.get(w, enc["mission_other_slot"])] = 1
+    return np.concatenate([o["image"].reshape(-1), [o["direction"]], bag]).astype(np.uint8)[None]
+
+env, results = gym.make(enc["env_id"], **enc["env_config"]), []
+for i in range(min(num_envs, episodes)):
+    obs, _ = env.reset(seed=seed + 10_000 * i)
+    for _ in range(episodes // min(num_envs, episodes) + (i < episodes % min(num_envs, episodes))):
+        window, mask, ret, done = np.zeros((1, max(k, 1), meta["obs_dim"]), np.uint8), np.zeros((1, max(k, 1)), bool), 0.0, False
+        while not done:
+            x = encode(obs)
+            window, mask = np.roll(window, -1, 1), np.roll(mask, -1, 1)  # plan inputs (EchoRL agent only)
+            window[0, -1], mask[0, -1] = x, True
+            feeds = {"obs": x, **({"window": window, "mask": mask} if k else {})}
+            obs, r, term, trunc, _ = env.step(int(sess.run(["logits"], feeds)[0].argmax()))
+            ret, done = ret + r, term or trunc
+        results.append((term and r > 0, ret))
+        obs, _ = env.reset()
+print(json.dumps({"success_rate": float(np.mean([s for s, _ in results])), "avg_reward": float(np.mean([r for _, r in results])), "episodes": len(results)}))
