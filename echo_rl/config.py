@@ -446,6 +446,11 @@ def name_rule(rule: str) -> Callable[..., Any]:
     return _name_rules[rule]
 
 
+# Names of the vector policy's parts; their owners (echo_rl.models.encoders / .augmentation) build them.
+ENCODER_NAMES = (None, "mlp", "minigrid", "minigrid_cnn", "nature_cnn", "impala_cnn")
+AUGMENTATION_NAMES = (None, "random_shift", "random_crop", "color_jitter")
+
+
 @dataclass
 class TrainingConfig(ConfigBase):
     """One training run (``echo_rl.training.trainer``); a run is a function of (config, seed).
@@ -474,6 +479,23 @@ class TrainingConfig(ConfigBase):
     policy_network: str = spec("minigrid", help="vector policy network: minigrid (per-cell embeddings) or mlp "
                                                 "(flat input, 64x64 like Stable-Baselines3's MlpPolicy)",
                                choices=("minigrid", "mlp"))
+    encoder: str | None = spec(None, help="observation encoder of the vector policy (echo_rl.models.encoders): mlp, "
+                                          "minigrid (per-cell embeddings), minigrid_cnn (7x7x3 grid), nature_cnn or "
+                                          "impala_cnn (pixels); None: policy_network on symbolic MiniGrid, mlp on flat "
+                                          "vectors, nature_cnn on images", choices=ENCODER_NAMES)
+    augmentation: str | None = spec(None, help="augmentation of pixel observations in the learner "
+                                               "(echo_rl.models.augmentation; None: off)", choices=AUGMENTATION_NAMES)
+    intrinsic_reward: str | None = spec(None, help="intrinsic reward module added to the task reward after each "
+                                                   "rollout (echo_rl.intrinsic, e.g. rnd; None: off)")
+    intrinsic_config: dict = spec(default_factory=dict, help="keyword arguments of the intrinsic reward module")
+    intrinsic_beta: float = spec(0.05, help="weight of the intrinsic reward at step 0", min=0)
+    intrinsic_kappa: float = spec(2.5e-5, help="decay of that weight per env step: beta * (1 - kappa)^step",
+                                  min=0, max=1)
+    intrinsic_normalize: bool = spec(True, help="normalise the intrinsic reward by its running std before mixing")
+    pretraining: bool = spec(False, help="train on the intrinsic reward alone (the task reward is ignored); "
+                                         "fine-tune later with init_from")
+    init_from: str | None = spec(None, help="run directory whose newest checkpoint's network weights start this run "
+                                            "(fine-tuning after pretraining; optimiser and counters start fresh)")
     num_learners: int = spec(1, help="learner processes; a config may name more, but EchoRLTrainer refuses to "
                                       "train with more than 1 (multi-learner training is not implemented)", min=1)
     backend: str = spec("local", help="where actors and learner run: local (this process) or ray "
@@ -519,6 +541,9 @@ class TrainingConfig(ConfigBase):
             self._fail("batch_size", self.batch_size, f"must be a multiple of num_actors={self.num_actors}")
         if self.train_frequency is not None and self.train_frequency < 1:
             self._fail("train_frequency", self.train_frequency, "must be >= 1 or None")
+        if self.pretraining and not self.intrinsic_reward:
+            self._fail("pretraining", True, "pre-training trains on the intrinsic reward alone: set intrinsic_reward "
+                                            "(e.g. rnd)")
         if self.ray_num_workers is not None and not 1 <= self.ray_num_workers <= self.num_actors:
             self._fail("ray_num_workers", self.ray_num_workers, f"must be between 1 and num_actors={self.num_actors}")
 
@@ -542,6 +567,9 @@ class TrainingConfig(ConfigBase):
             self._fail("num_actors", self.num_actors,
                        f"must be a multiple of lm_config.group_size={self.lm_config.group_size} (whole GRPO groups)")
         self._refuse_vector_only_parts()
+        for name in ("encoder", "augmentation", "intrinsic_reward", "init_from"):
+            if getattr(self, name) is not None:
+                self._fail(name, getattr(self, name), "acts on vector tasks only (text tasks train a language model)")
 
     def _refuse_vector_only_parts(self) -> None:
         """A knob the LM agent never reads must not look as if it acted (e.g. ``--no-self-imitation``)."""

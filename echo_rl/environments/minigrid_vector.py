@@ -20,7 +20,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from echo_rl.config import ConfigError
 from echo_rl.environments.minigrid_fast_obs import install_fast_obs
-from echo_rl.environments.registry import check_task_name, minigrid_id
+from echo_rl.environments.registry import check_task_name, gym_task, minigrid_id
 
 # Words that occur in MiniGrid / BabyAI missions; anything else maps to the last slot.
 MISSION_VOCAB = (
@@ -122,7 +122,13 @@ def make_vector_env(task: str, num_envs: int, asynchronous: bool = False, **env_
     ``info["final_obs"]`` (so truncation can bootstrap from V(final_obs)) and
     the returned observation already belongs to the next episode.
     ``asynchronous`` steps the envs in worker processes (shared memory).
+    Gymnasium tasks (``gym:``, ``minigrid-pixels:``, ``atari:``) are built by
+    :mod:`echo_rl.environments.gym_vector` the same way.
     """
+    if gym_task(task) is not None:
+        from echo_rl.environments.gym_vector import make_gym_vector_env
+
+        return make_gym_vector_env(task, num_envs, asynchronous, **env_kwargs)
     factory = functools.partial(make_minigrid_env, task, **env_kwargs)  # picklable, unlike a lambda
     return _vector_env([factory] * num_envs, asynchronous)
 

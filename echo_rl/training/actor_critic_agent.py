@@ -15,6 +15,12 @@ A subclass supplies ``learn(buf) -> metrics`` (and may override
 ``make_optimizer``); everything else — the network, acting, the rollout
 collector, LR annealing, checkpoints — is here once, so the baselines differ
 only in their learners.
+
+Parts swap with ``agent.set(encoder=..., policy=..., storage=..., distribution=...,
+augmentation=..., reward=...)`` (:mod:`echo_rl.training.modular`; the config
+names them too: ``encoder``, ``augmentation``, ``intrinsic_reward``). A swap
+of the network's parts builds a fresh optimiser over the new parameters;
+an injected encoder keeps its weights.
 """
 
 from __future__ import annotations
@@ -23,15 +29,17 @@ import math
 
 import numpy as np
 import torch
+from torch import nn
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
-from echo_rl.models.policies import make_actor_critic
+from echo_rl.models.policies import ActorCritic, build_actor_critic
+from echo_rl.training.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
 from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, evaluate_policy, torch_generator
 
 
-class ActorCriticAgent(VectorAgentBase):
+class ActorCriticAgent(ModularAgent, VectorAgentBase):
     #: why the learner needs one update per ``batch_size`` env steps (for the config error)
     update_rule = "an on-policy learner updates every batch_size env steps"
 
@@ -44,9 +52,22 @@ class ActorCriticAgent(VectorAgentBase):
         self.num_steps = config.batch_size // self.num_envs
         self.num_updates_total = math.ceil(config.total_timesteps / config.batch_size)
         torch.manual_seed(config.seed)
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
-        # one network for every baseline (TrainingConfig.policy_network): comparisons are about the learner
-        self.network = make_actor_critic(config.policy_network, obs_dim, int(envs.single_action_space.n)).to(device)
+        space = envs.single_observation_space
+        if not hasattr(envs.single_action_space, "n"):
+            envs.close()
+            raise ConfigError(f"task {config.env_name!r} has {type(envs.single_action_space).__name__} actions; the "
+                              f"vector agents act in discrete (Discrete) action spaces")
+        self.obs_shape, self.obs_dtype = tuple(space.shape), space.dtype
+        self.num_actions = int(envs.single_action_space.n)
+        # one network for every baseline (TrainingConfig.encoder / policy_network): comparisons are about the learner
+        try:
+            network = build_actor_critic(config.encoder, self.obs_shape, self.obs_dtype, self.num_actions,
+                                         config.policy_network)
+        except ValueError as exc:
+            envs.close()
+            raise ConfigError(f"TrainingConfig.encoder={config.encoder!r} does not fit task {config.env_name!r}: "
+                              f"{exc}") from None
+        self.network = network.to(device)
         self.optimizer = self.make_optimizer()
         self.base_lr = self.optimizer.param_groups[0]["lr"]
         self.generator = torch_generator(config.seed + 1)
@@ -54,6 +75,7 @@ class ActorCriticAgent(VectorAgentBase):
         self.collector = VectorRolloutCollector(envs, self.num_steps, actor_seeds(config.seed, self.num_envs))
         self.env_steps = 0
         self.updates = 0
+        self.init_parts()
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.network.parameters(), lr=self.ppo.learning_rate, eps=1e-5)
@@ -61,6 +83,52 @@ class ActorCriticAgent(VectorAgentBase):
     def learn(self, buf: RolloutBuffer) -> dict[str, float]:
         """One learner update on a fresh rollout (``self.collector.next_obs`` follows its last step)."""
         raise NotImplementedError
+
+    # -- swappable parts (ModularAgent.set) -----------------------------------
+    def _new_network(self, network: nn.Module) -> None:
+        """Install ``network`` with a fresh optimiser at the current learning rate (parameters changed)."""
+        self.network = network.to(self.device)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer = self.make_optimizer()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def set_encoder(self, encoder) -> None:
+        """A named encoder (``echo_rl.models.encoders``) or a module with ``out_dim``; fresh heads around it."""
+        try:
+            network = build_actor_critic(encoder, self.obs_shape, self.obs_dtype, self.num_actions,
+                                         self.config.policy_network)
+        except ValueError as exc:
+            raise ConfigError(f"encoder {encoder if isinstance(encoder, str) else type(encoder).__name__} does not "
+                              f"fit observations of shape {self.obs_shape}: {exc}") from None
+        network.distribution = getattr(self.network, "distribution", None)
+        self._new_network(network)
+
+    def set_policy(self, policy: nn.Module) -> None:
+        """The whole network: ``policy(obs) -> (logits, values)`` and ``policy.value(obs) -> values``."""
+        if not isinstance(policy, nn.Module) or not callable(getattr(policy, "value", None)):
+            raise ValueError(f"policy must be an nn.Module with forward(obs) -> (logits, values) and value(obs), got "
+                             f"{type(policy).__name__}")
+        self._new_network(policy)
+
+    def set_storage(self, storage) -> None:
+        """The rollout storage: a ``RolloutBuffer`` subclass or factory ``(num_steps, num_envs, obs_shape,
+        obs_dtype) -> buffer`` with its arrays (obs, actions, logprobs, values, rewards, terminated, truncated,
+        final_values)."""
+        buf = storage(self.num_steps, self.num_envs, self.obs_shape, self.obs_dtype)
+        missing = [a for a in ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated",
+                               "final_values") if getattr(buf, a, None) is None]
+        if missing:
+            raise ValueError(f"storage {type(buf).__name__} lacks the arrays {', '.join(missing)}")
+        self.collector.buffer = buf
+
+    def set_distribution(self, distribution: nn.Module) -> None:
+        """``distribution(logits) -> normalised log-probabilities`` (``echo_rl.models.policies``); acting and
+        both learners read those, so it changes what is sampled and what is optimised."""
+        if not isinstance(self.network, ActorCritic):
+            raise ValueError(f"a distribution applies to ActorCritic networks; {type(self.network).__name__} "
+                             f"returns its own logits")
+        self.network.distribution = distribution
 
     # -- acting -------------------------------------------------------------
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
@@ -89,12 +157,39 @@ class ActorCriticAgent(VectorAgentBase):
         return evaluate_policy(make_envs, lambda obs: self.act(obs, generator), episodes, seed, num_envs=num_envs)
 
     # -- learning -----------------------------------------------------------
+    def start(self) -> None:
+        """A fresh run with ``init_from`` starts from that run's network weights (never over a resumed one)."""
+        if self.config.init_from and self.env_steps == 0 and self.updates == 0:
+            self.load_weights_from(self.config.init_from)
+
+    def load_weights_from(self, run_dir: str) -> None:
+        """The network weights of ``run_dir``'s newest checkpoint (fine-tuning); optimiser and counters stay."""
+        from echo_rl.training.run_dir import RunDirectory
+
+        run = RunDirectory(run_dir, RunDirectory.config_of(run_dir, flag="init_from"))
+        loaded = {}
+
+        def apply(payload: dict, _rollout) -> None:
+            weights = payload["state"].get("network")
+            if not isinstance(weights, dict):
+                raise ConfigError("its checkpoint holds no vector-policy network")
+            try:
+                self.network.load_state_dict(weights)
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[0]
+                raise ConfigError(f"its network does not fit this agent's encoder ({first})") from None
+            loaded["step"] = payload["step"]
+
+        run.load_newest(apply, rollout=False)
+
     def train_iteration(self) -> dict[str, float]:
         buf = self.collector.collect(self._policy, self._value)
         self.env_steps += buf.num_steps * buf.num_envs
         metrics = self.collector.stats.drain()
         if self.env_steps <= self.config.learning_starts:
             return metrics
+        buf, part_metrics = self.learner_batch(buf)
+        metrics.update(part_metrics)
         metrics.update(self.learn(buf))
         return metrics
 
@@ -117,9 +212,10 @@ class ActorCriticAgent(VectorAgentBase):
     def state_dict(self) -> dict:
         return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "generator": self.generator.get_state(), "np_rng": self.np_rng.bit_generator.state,
-                "env_steps": self.env_steps, "updates": self.updates}
+                "env_steps": self.env_steps, "updates": self.updates, **self.parts_state()}
 
     def load_state_dict(self, state: dict) -> None:
+        self.load_parts_state(state)
         self.network.load_state_dict(state["network"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])

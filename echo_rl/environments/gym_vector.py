@@ -1,0 +1,112 @@
+"""Gymnasium tasks beyond symbolic MiniGrid for the vector agents: classic control, MiniGrid from pixels, Atari.
+
+Task names (``TrainingConfig.env_name``, ``--task``; parsed by
+:func:`echo_rl.environments.registry.gym_task`):
+
+- ``gym:<EnvId>``: any gymnasium env with a Box observation and Discrete
+  actions; the classic-control ids (``CartPole-v1``, ``Acrobot-v1``,
+  ``MountainCar-v0``) are accepted bare;
+- ``minigrid-pixels:<EnvId>``: MiniGrid's egocentric view rendered as RGB
+  (7 tiles x 8 px = 56x56x3 uint8), for the pixel encoders;
+- ``atari:<Game>`` (e.g. ``atari:Pong``, or ``atari:ALE/Pong-v5``): ALE via
+  ``ale-py`` (``pip install 'echo-rl[atari]'``; its ROMs ship with it), with the
+  standard preprocessing of Mnih et al. 2015: 30 no-op starts, frame skip 4
+  (max over the last two frames), 84x84 grayscale, 4 stacked frames, sticky
+  actions off (v5's default 0.25 is kept only if ``repeat_action_probability``
+  is given), episodes end at game over.
+
+Envs are vectorised like MiniGrid's (same-step autoreset, ``final_obs`` in
+``info``; seeds from :func:`echo_rl.environments.minigrid_vector.actor_seeds`),
+and each carries a ``snapshot()`` (pickled, signed by the checkpoint writer)
+so a run on them resumes mid-episode.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+
+import gymnasium as gym
+from gymnasium.vector import VectorEnv
+
+from echo_rl.config import ConfigError
+from echo_rl.environments.registry import gym_task
+
+ATARI_EXTRA = "pip install 'echo-rl[atari]'"
+
+
+class Snapshotting(gym.Wrapper):
+    """Adds ``snapshot()``: the whole env pickled (how checkpoints carry envs without a plain-data form)."""
+
+    def snapshot(self) -> dict:
+        return {"format": "pickle", "blob": pickle.dumps(self, pickle.HIGHEST_PROTOCOL)}
+
+
+def _make(env_id: str, **kwargs) -> gym.Env:
+    try:
+        return gym.make(env_id, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"env_config for {env_id} is invalid: {exc}") from None
+
+
+def make_minigrid_pixels(env_id: str, tile_size: int = 8, **kwargs) -> gym.Env:
+    """MiniGrid's partial view as an RGB image (``tile_size`` pixels per cell)."""
+    from minigrid.wrappers import ImgObsWrapper, RGBImgPartialObsWrapper
+
+    return ImgObsWrapper(RGBImgPartialObsWrapper(_make(env_id, **kwargs), tile_size=tile_size))
+
+
+def import_ale():
+    try:
+        import ale_py
+    except ImportError:
+        raise ConfigError(f"Atari tasks need ale-py: {ATARI_EXTRA}") from None
+    gym.register_envs(ale_py)
+    return ale_py
+
+
+def atari_id(game: str) -> str:
+    """``Pong`` -> ``ALE/Pong-v5``; a full id is kept."""
+    return game if "/" in game or game.endswith(("-v4", "-v5")) else f"ALE/{game}-v5"
+
+
+def make_atari(env_id: str, frame_stack: int = 4, noop_max: int = 30, screen_size: int = 84,
+               repeat_action_probability: float = 0.0, **kwargs) -> gym.Env:
+    """The Mnih et al. 2015 preprocessing (the ALE env itself skips no frames; AtariPreprocessing does)."""
+    import_ale()
+    env = _make(env_id, frameskip=1, repeat_action_probability=repeat_action_probability, **kwargs)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=screen_size,
+                                          grayscale_obs=True, scale_obs=False, terminal_on_life_loss=False)
+    return gym.wrappers.FrameStackObservation(env, frame_stack)
+
+
+def make_gym_env(task: str, **env_kwargs) -> gym.Env:
+    """One env of a gymnasium task (see the module docstring), with ``snapshot()``."""
+    parsed = gym_task(task)
+    if parsed is None:
+        raise ConfigError(f"task {task!r} is not a gymnasium task (gym:<EnvId>, minigrid-pixels:<EnvId>, "
+                          f"atari:<Game>)")
+    family, env_id = parsed
+    if family == "minigrid-pixels":
+        env = make_minigrid_pixels(env_id, **env_kwargs)
+    elif family == "atari":
+        env = make_atari(atari_id(env_id), **env_kwargs)
+    else:
+        env = _make(env_id, **env_kwargs)
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        name = type(env.observation_space).__name__
+        env.close()
+        raise ConfigError(f"task {task!r} has {name} observations; the vector agents read Box (array) observations")
+    return Snapshotting(env)
+
+
+def make_gym_vector_env(task: str, num_envs: int, asynchronous: bool = False, **env_kwargs) -> VectorEnv:
+    """``num_envs`` copies of a gymnasium task, vectorised like MiniGrid's (``minigrid_vector.make_vector_env``)."""
+    from echo_rl.environments.minigrid_vector import _vector_env
+
+    make_gym_env(task, **env_kwargs).close()  # a bad task or env_config fails here in one line, not in a worker
+    factory = functools.partial(make_gym_env, task, **env_kwargs)
+    return _vector_env([factory] * num_envs, asynchronous)
+
+
+__all__ = ["Snapshotting", "atari_id", "make_atari", "make_gym_env", "make_gym_vector_env", "make_minigrid_pixels"]
