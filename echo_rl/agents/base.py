@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass, field
@@ -9,7 +10,8 @@ from functools import lru_cache
 from typing import Any
 
 from echo_rl.config import ConfigError
-from echo_rl.models.backbone import Backbone, Usage
+from echo_rl.agents.prompts import extract_reply, is_thought  # noqa: F401 - re-exported
+from echo_rl.models.backbone import Backbone, Completion, Usage
 from echo_rl.utils.paths import data_root
 
 
@@ -43,42 +45,48 @@ class TextAgent:
             raise ConfigError(f"backbone must be an echo_rl.models.Backbone, got {type(backbone).__name__}")
         self.backbone = backbone
         self.task = task
+        self.episode_usage = Usage()  # tokens of the current (or last) episode, kept when it fails midway
 
     def run_episode(self, env: Any, *, seed: int, max_steps: int | None = None,
                     options: dict | None = None) -> EpisodeResult:
+        """One episode, from synchronous code."""
+        return run_sync(self.arun_episode(env, seed=seed, max_steps=max_steps, options=options))
+
+    async def arun_episode(self, env: Any, *, seed: int, max_steps: int | None = None,
+                           options: dict | None = None) -> EpisodeResult:
+        """One episode as a coroutine: many run at once on one event loop (``runner.run_episodes``)."""
         raise NotImplementedError
 
 
-_THINK = re.compile(r"^(think|thought)\s*:", re.I)
-_LEAD = re.compile(r"^\s*(?:>\s*|\d+[.)]\s+|[-*]\s+|action\s*:\s*)", re.I)
-
-
 def parse_action(text: str) -> str:
-    """The first non-empty line of a reply, without prompt marks (``>``), numbering or ``Action:``."""
-    for line in text.splitlines():
-        line = _LEAD.sub("", line.strip()).strip()
-        if line:
-            return line
-    return ""
+    """The first non-empty line of a reply, without its wrapping (``>``, numbering, ``Action:``, a fence)."""
+    return extract_reply(text, False)
 
 
-# tasks whose actions span several lines (a grid, a Python expression with newlines)
-MULTILINE_TASKS = ("arc", "cruxeval")
+# tasks whose actions span several lines (a grid)
+MULTILINE_TASKS = ("arc",)
 
 
 def parse_reply(text: str, multiline: bool) -> str:
-    """The action (or thought) in a reply: its first line, or for multi-line tasks the whole reply."""
-    if not multiline:
-        return parse_action(text)
-    text = text.strip()
-    fence = re.search(r"```[a-zA-Z]*\n(.*?)```", text, re.S)
-    if fence and not is_thought(text):
-        return fence.group(1).strip()
-    return _LEAD.sub("", text, count=1).strip() if text.startswith(">") else text
+    """The action (or thought) in a reply: its first line, or for multi-line tasks the whole answer."""
+    return extract_reply(text, multiline)
 
 
-def is_thought(line: str) -> bool:
-    return bool(_THINK.match(line))
+async def achat(backbone: Backbone, messages: list[dict], **sampling: Any) -> Completion:
+    """One backbone call from an episode coroutine: the engine's ``achat`` when the backbone has one,
+    else its blocking ``chat`` in a worker thread, so concurrent episodes never wait on each other."""
+    if hasattr(backbone, "achat"):
+        return await backbone.achat(messages, **sampling)
+    from echo_rl.models.scripted import ScriptedBackbone
+
+    if isinstance(backbone, ScriptedBackbone):  # replies computed in Python: no thread needed
+        return backbone.chat(messages, **sampling)
+    return await asyncio.to_thread(backbone.chat, messages, **sampling)
+
+
+def run_sync(coro: Any) -> Any:
+    """Run an episode coroutine from synchronous code (each call its own event loop)."""
+    return asyncio.run(coro)
 
 
 def match_admissible(action: str, admissible: list[str] | None) -> str | None:

@@ -17,56 +17,65 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from echo_rl.agents.base import (MULTILINE_TASKS, EpisodeResult, TextAgent, alfworld_examples, alfworld_kind,
-                                 clean_alfworld, is_thought, match_admissible, parse_reply)
+from echo_rl.agents.base import (EpisodeResult, TextAgent, achat, alfworld_examples, alfworld_kind, clean_alfworld,
+                                 is_thought, match_admissible, parse_reply)
+from echo_rl.agents.prompts import TaskFormat, task_format
 from echo_rl.config import ConfigError
 from echo_rl.models.backbone import Backbone, Usage
 
 SYSTEM = {
-    "react": ("You are an agent acting in a text environment to complete a task. Reply with exactly one line: "
-              "either the next action, written exactly as the environment expects it, or a thought that starts "
-              "with 'think:'. Thoughts do not change the environment; you will see 'OK.' after them."),
-    "act": ("You are an agent acting in a text environment to complete a task. Reply with exactly one line: "
-            "the next action, written exactly as the environment expects it."),
-}
-SYSTEM_MULTILINE = {
-    "react": ("You are an agent acting in a text environment to complete a task. Reply either with a thought "
-              "that starts with 'think:' (it does not change the environment; you will see 'OK.'), or with your "
-              "answer alone, written exactly as the task asks; it may span several lines."),
-    "act": ("You are an agent acting in a text environment to complete a task. Reply with your answer alone, "
-            "written exactly as the task asks; it may span several lines."),
+    "react": ("You are an agent solving a task in a text environment. Each reply is either a thought that starts "
+              "with 'think:' (it does not change the environment; you will see 'OK.' after it) or your next "
+              "action."),
+    "act": "You are an agent solving a task in a text environment. Each reply is your next action.",
 }
 ALFWORLD_INTRO = "Interact with a household to solve a task. Here are two examples.\n"
 
 
 class ReActAgent(TextAgent):
-    """ReAct; ``show_admissible`` lists valid actions after each observation (not in the paper)."""
+    """ReAct; ``show_admissible`` lists valid actions after each observation (not in the paper).
+
+    ``max_tokens``, ``multiline`` and the stop strings default to the task's
+    :class:`~echo_rl.agents.prompts.TaskFormat`; ``few_shot="auto"`` uses its
+    one-shot example (ALFWorld: the paper's two games), ``None`` none, a string that text.
+    """
 
     name = "react"
 
     def __init__(self, backbone: Backbone, *, task: str | None = None, mode: str = "react",
-                 few_shot: str | None = "auto", max_tokens: int = 150, temperature: float = 0.0,
+                 few_shot: str | None = "auto", max_tokens: int | None = None, temperature: float = 0.0,
                  show_admissible: bool = False, snap_to_admissible: bool = False,
                  multiline: bool | None = None) -> None:
         super().__init__(backbone, task=task)
-        # one-line replies (stop at newline) unless the task's actions span lines (ARC grids, code)
-        self.multiline = task in MULTILINE_TASKS if multiline is None else bool(multiline)
         if mode not in SYSTEM:
             raise ConfigError(f"mode={mode!r} is invalid: allowed: {', '.join(SYSTEM)}")
+        self.format = task_format(task)
+        # one-line replies (stop at newline) unless the task's actions span lines (ARC grids)
+        self.multiline = self.format.multiline if multiline is None else bool(multiline)
         self.mode, self.few_shot = mode, few_shot
-        self.max_tokens, self.temperature = max_tokens, temperature
+        self.max_tokens, self.temperature = max_tokens or self.format.max_tokens, temperature
         self.show_admissible, self.snap_to_admissible = show_admissible, snap_to_admissible
         if mode == "act":
             self.name = "act"
 
     # -- prompt ------------------------------------------------------------------
-    def _first_message(self, obs: str, info: dict) -> str:
+    def _messages(self, obs: str, info: dict, fmt: TaskFormat) -> list[dict]:
+        system = f"{SYSTEM[self.mode]} {fmt.instruction}"
+        first = obs
+        turns: list[dict] = []
         if self.task == "alfworld" and self.few_shot == "auto":
-            return ALFWORLD_INTRO + alfworld_examples(alfworld_kind(info, obs), self.mode) + \
+            first = ALFWORLD_INTRO + alfworld_examples(alfworld_kind(info, obs), self.mode) + \
                 "\nHere is the task.\n" + obs
-        if self.few_shot not in (None, "auto", "none"):
-            return f"Here are examples.\n{self.few_shot}\nHere is the task.\n{obs}"
-        return obs
+        elif self.few_shot == "auto":
+            turns = fmt.example_turns(self.mode)
+        elif self.few_shot not in (None, "none"):
+            first = f"Here are examples.\n{self.few_shot}\nHere is the task.\n{obs}"
+        return [{"role": "system", "content": system}, *turns, {"role": "user", "content": first}]
+
+    def _stop(self, fmt: TaskFormat) -> tuple[str, ...]:
+        if self.multiline == fmt.multiline:
+            return fmt.stop
+        return ("\n\n",) if self.multiline else ("\n",)
 
     def _show(self, obs: str, info: dict) -> str:
         if self.task == "alfworld":
@@ -76,20 +85,22 @@ class ReActAgent(TextAgent):
         return obs
 
     # -- episode -------------------------------------------------------------------
-    def run_episode(self, env: Any, *, seed: int, max_steps: int | None = None,
-                    options: dict | None = None) -> EpisodeResult:
-        start, before = time.perf_counter(), self.backbone.usage
+    async def arun_episode(self, env: Any, *, seed: int, max_steps: int | None = None,
+                           options: dict | None = None) -> EpisodeResult:
+        start = time.perf_counter()
+        fmt = task_format(self.task, env)
+        stop = self._stop(fmt)
         obs, info = env.reset(seed=seed, options=options)
         max_turns = max_steps or getattr(env, "max_steps", None) or 50
         obs = self._show(obs, info)
-        system = (SYSTEM_MULTILINE if self.multiline else SYSTEM)[self.mode]
-        messages = [{"role": "system", "content": system},
-                    {"role": "user", "content": self._first_message(obs, info)}]
+        messages = self._messages(obs, info, fmt)
         traj = [{"role": "env", "text": obs}]
+        self.episode_usage = Usage()
         reward, steps, turns, won = 0.0, 0, 0, bool(info.get("won"))
         for turns in range(1, max_turns + 1):
-            reply = self.backbone.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                                       stop=() if self.multiline else ("\n",), seed=turn_seed(seed, turns))
+            reply = await achat(self.backbone, messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                                stop=stop, seed=turn_seed(seed, turns))
+            self.episode_usage = self.episode_usage + reply.usage
             line = parse_reply(reply.text, self.multiline)
             messages.append({"role": "assistant", "content": line})
             traj.append({"role": "agent", "text": line})
@@ -112,8 +123,7 @@ class ReActAgent(TextAgent):
                     break
             messages.append({"role": "user", "content": feedback})
             traj.append({"role": "env", "text": feedback})
-        usage = _delta(self.backbone.usage, before)
-        return EpisodeResult(str(info.get("task_id", "")), seed, won, reward, steps, turns, usage, traj,
+        return EpisodeResult(str(info.get("task_id", "")), seed, won, reward, steps, turns, self.episode_usage, traj,
                              env_steps=steps, seconds=time.perf_counter() - start)
 
 

@@ -4,16 +4,24 @@
 function of the seed: when fewer episodes than tasks are asked for, the tasks
 are a seeded sample (sorted), otherwise every task in order (ALFWorld's 134
 valid_unseen games, as ReAct reports); episode i is reset with ``seed + i``.
+
+Episodes run concurrently (:func:`run_episodes`): each of ``concurrency``
+workers owns an environment and an agent, all share one backbone. A local
+checkpoint is served by the execution engine (:func:`engine_backed`), so the
+workers' requests decode together and share the prefix cache; the results do
+not depend on the order episodes finish in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from echo_rl.agents.base import EpisodeResult, TextAgent
 from echo_rl.config import ConfigError
@@ -21,6 +29,7 @@ from echo_rl.models.backbone import Backbone, Usage
 from echo_rl.models.local import ContextLengthError
 
 AGENT_NAMES = ("react", "act", "tot")
+DEFAULT_CONCURRENCY = 8  # episodes in flight: enough to fill the engine's batches on a CPU
 EXPERT = "expert"  # backbone name: the env's hand-coded expert answering through the backbone protocol
 
 
@@ -97,6 +106,7 @@ def summarize(results: list[EpisodeResult], *, task: str, agent: str, backbone: 
         "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens, "tokens_per_episode": usage.total_tokens / n if n else 0.0,
         "requests": usage.requests,
+        "tokens_per_second": usage.total_tokens / seconds if seconds > 0 else None,  # ETPS over the run's wall time
         "cost_usd": cost,  # None: the backbone's model has no entry in the price table
         "cost_per_success_usd": (cost / successes) if cost is not None and successes else None,
         "seconds": round(seconds, 3),
@@ -104,10 +114,80 @@ def summarize(results: list[EpisodeResult], *, task: str, agent: str, backbone: 
     }
 
 
+@dataclass(frozen=True)
+class EpisodeJob:
+    """Episode ``index`` of a plan: reset with ``seed`` and ``options``."""
+
+    index: int
+    seed: int
+    options: dict | None = None
+
+
+async def run_episodes(jobs: list[EpisodeJob], make_env: Callable[[], Any],
+                       make_agent: Callable[[Any], TextAgent], *, max_steps: int | None = None,
+                       concurrency: int = DEFAULT_CONCURRENCY, before_each: Callable[[], None] | None = None,
+                       on_result: Callable[[EpisodeJob, EpisodeResult], None] | None = None) -> list[EpisodeResult]:
+    """Run ``jobs`` with up to ``concurrency`` episodes in flight; results in job order.
+
+    Each worker builds its own environment (``make_env()``) and agent
+    (``make_agent(env)``). An episode that outgrows the model's context, or
+    meets an API or environment failure, fails alone (``EpisodeResult.error``
+    says why, its tokens still counted); configuration errors stop the run.
+    ``before_each`` runs before every episode (a deadline check may raise).
+    """
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"concurrency={concurrency!r} is invalid: must be an integer >= 1")
+    pending = list(jobs)
+    results: dict[int, EpisodeResult] = {}
+
+    async def worker() -> None:
+        env = make_env()
+        try:
+            agent = make_agent(env)
+            while pending:
+                job = pending.pop(0)
+                if before_each is not None:
+                    before_each()
+                res = await _one_episode(agent, env, job, max_steps)
+                results[job.index] = res
+                if on_result is not None:
+                    on_result(job, res)
+        finally:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(jobs)))]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return [results[j.index] for j in jobs]
+
+
+async def _one_episode(agent: TextAgent, env: Any, job: EpisodeJob, max_steps: int | None) -> EpisodeResult:
+    start = time.perf_counter()
+    try:
+        return await agent.arun_episode(env, seed=job.seed, max_steps=max_steps, options=job.options)
+    except ContextLengthError as exc:  # the episode outgrew the model's context: it fails, the run goes on
+        error = str(exc)
+    except (ConfigError, ImportError, FileNotFoundError):
+        raise  # configuration problems stop the run with their own one-line message
+    except Exception as exc:  # noqa: BLE001 - an API or env failure fails this episode, not the run
+        error = f"{type(exc).__name__}: {exc}"
+    task_id = "" if job.options is None else str(job.options.get("task_index", ""))
+    return EpisodeResult(task_id, job.seed, False, 0.0, 0, 0, agent.episode_usage, error=error,
+                         seconds=time.perf_counter() - start)
+
+
 def evaluate_text_agent(task: str, agent: str, backbone: str | Backbone, episodes: int, seed: int,
                         max_steps: int | None = None, env_config: dict | None = None, output: str | None = None,
-                        agent_config: dict | None = None, backbone_config: dict | None = None) -> dict:
+                        agent_config: dict | None = None, backbone_config: dict | None = None,
+                        concurrency: int = DEFAULT_CONCURRENCY) -> dict:
     """Run ``episodes`` episodes of ``agent`` with ``backbone`` on text task ``task``; return and print the scores."""
+    from echo_rl.agents.engine_backbone import engine_backed
     from echo_rl.environments.registry import check_task_name, make_env
     from echo_rl.models import load_backbone
 
@@ -117,65 +197,63 @@ def evaluate_text_agent(task: str, agent: str, backbone: str | Backbone, episode
         raise ConfigError(f"episodes={episodes!r} is invalid: must be an integer >= 1")
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"max_steps={max_steps!r} is invalid: must be >= 1")
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"concurrency={concurrency!r} is invalid: must be an integer >= 1")
     check_task_name(task)
     env_config = dict(env_config or {})
     if max_steps is not None:
         env_config.setdefault("max_steps", max_steps)
     if task == "alfworld" and backbone != EXPERT:
         env_config.setdefault("expert", False)  # the hand-coded expert only slows a model's episodes down
+    probe = make_env(task, **env_config)  # fails on a bad task config before a model loads; gives the plan
+    num_tasks = getattr(probe, "num_tasks", None)
+    _close(probe)
+    model = None
     if isinstance(backbone, Backbone):
-        model, env = backbone, make_env(task, **env_config)
-    elif backbone == EXPERT:
-        env = make_env(task, **env_config)
-        model = expert_backbone(env)
-    else:
-        model = load_backbone(backbone, backbone_config)  # fails on a bad name or a missing key before env setup
-        env = make_env(task, **env_config)
-    bot = build_agent(agent, model, task=task, **(agent_config or {}))
-    plan = episode_plan(getattr(env, "num_tasks", None), episodes, seed)
-    results: list[EpisodeResult] = []
+        model = backbone
+    elif backbone != EXPERT:
+        model = engine_backed(load_backbone(backbone, backbone_config))  # a bad name or missing key fails here
+    agent_task = "minigrid" if task.startswith(("minigrid", "MiniGrid-", "BabyAI-")) else task
+
+    def make_agent(env: Any) -> TextAgent:
+        return build_agent(agent, model if model is not None else expert_backbone(env), task=agent_task,
+                           **(agent_config or {}))
+
+    plan = episode_plan(num_tasks, episodes, seed)
+    jobs = [EpisodeJob(i, seed + i, None if index is None else {"task_index": index}) for i, index in enumerate(plan)]
     traj_file = None
     if output:
         out = Path(output)
         out.parent.mkdir(parents=True, exist_ok=True)
         traj_file = open(out.with_suffix(".trajectories.jsonl"), "w")
+
+    def record(job: EpisodeJob, res: EpisodeResult) -> None:
+        if traj_file is not None:
+            traj_file.write(json.dumps({"episode": job.index, **res.summary(), "trajectory": res.trajectory}) + "\n")
+            traj_file.flush()
+
     start = time.perf_counter()
     try:
-        for i, index in enumerate(plan):
-            ep_seed = seed + i
-            options = None if index is None else {"task_index": index}
-            before = model.usage
-            try:
-                res = bot.run_episode(env, seed=ep_seed, max_steps=max_steps, options=options)
-            except ContextLengthError as exc:  # the episode outgrew the model's context: it fails, the run goes on
-                res = EpisodeResult(str(index), ep_seed, False, 0.0, 0, 0, _since(model, before), error=str(exc))
-            except (ConfigError, ImportError, FileNotFoundError):
-                raise  # configuration problems stop the run with their own one-line message
-            except Exception as exc:  # noqa: BLE001 - an API or env failure fails this episode, not the run
-                res = EpisodeResult(str(index), ep_seed, False, 0.0, 0, 0, _since(model, before),
-                                    error=f"{type(exc).__name__}: {exc}")
-            results.append(res)
-            if traj_file is not None:
-                traj_file.write(json.dumps({**res.summary(), "trajectory": res.trajectory}) + "\n")
-                traj_file.flush()
+        results = asyncio.run(run_episodes(jobs, lambda: make_env(task, **env_config), make_agent,
+                                           max_steps=max_steps, concurrency=concurrency, on_result=record))
     finally:
         if traj_file is not None:
             traj_file.close()
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
+        if model is not None and not isinstance(backbone, Backbone):
+            model.close()
     summary = summarize(results, task=task, agent=agent, backbone=getattr(model, "name", str(backbone)), seed=seed,
                         seconds=time.perf_counter() - start)
+    summary["concurrency"] = concurrency
     if output:
         Path(output).write_text(json.dumps(summary, indent=2, sort_keys=True))
     print(format_summary(summary), file=sys.stderr)
     return summary
 
 
-def _since(model: Backbone, before: Usage) -> Usage:
-    from echo_rl.agents.react import _delta
-
-    return _delta(model.usage, before)
+def _close(obj: Any) -> None:
+    close = getattr(obj, "close", None)
+    if close is not None:
+        close()
 
 
 def format_summary(s: dict) -> str:

@@ -25,11 +25,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from echo_rl.agents.base import (MULTILINE_TASKS, EpisodeResult, TextAgent, alfworld_examples, alfworld_kind,
-                                 clean_alfworld, match_admissible, parse_action, parse_reply)
-from echo_rl.agents.react import _delta, turn_seed
+from echo_rl.agents.base import (EpisodeResult, TextAgent, achat, alfworld_examples, alfworld_kind, clean_alfworld,
+                                 match_admissible, parse_reply)
+from echo_rl.agents.prompts import TaskFormat, is_thought, task_format
+from echo_rl.agents.react import turn_seed
 from echo_rl.config import ConfigError
-from echo_rl.models.backbone import Backbone
+from echo_rl.models.backbone import Backbone, Usage
 
 PROPOSE_MARK = "Propose the next actions."
 VALUE_MARK = "Evaluate the candidate action."
@@ -70,50 +71,57 @@ class TreeOfThoughtsAgent(TextAgent):
 
     def __init__(self, backbone: Backbone, *, task: str | None = None, breadth: int = 3, beam: int = 1,
                  value_samples: int = 1, lookahead: str = "auto", few_shot: str | None = "auto",
-                 max_tokens: int = 120, temperature: float = 0.7, value_temperature: float = 0.0,
+                 max_tokens: int | None = None, temperature: float = 0.7, value_temperature: float = 0.0,
                  multiline: bool | None = None) -> None:
+        """``max_tokens`` (default: the task format's budget per candidate, times ``breadth``) bounds a
+        propose call; the task's format instruction and one-shot example join every prompt."""
         super().__init__(backbone, task=task)
-        self.multiline = task in MULTILINE_TASKS if multiline is None else bool(multiline)
+        self.format = task_format(task)
+        self.multiline = self.format.multiline if multiline is None else bool(multiline)
         for field_name, v in (("breadth", breadth), ("beam", beam), ("value_samples", value_samples)):
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{field_name}={v!r} is invalid: must be an integer >= 1")
         if lookahead not in LOOKAHEAD:
             raise ConfigError(f"lookahead={lookahead!r} is invalid: allowed: {', '.join(LOOKAHEAD)}")
         self.breadth, self.beam, self.value_samples, self.lookahead = breadth, beam, value_samples, lookahead
-        self.few_shot, self.max_tokens = few_shot, max_tokens
+        self.few_shot = few_shot
+        self.max_tokens = max_tokens or min(self.format.max_tokens * breadth, 1024)
         self.temperature, self.value_temperature = temperature, value_temperature
 
     # -- prompts -------------------------------------------------------------------
     def _context(self, node: Node, first_obs: str, first_info: dict) -> str:
-        parts = []
+        parts = [self._fmt.instruction]
         if self.task == "alfworld" and self.few_shot == "auto":
             parts.append("Here are two examples of solved tasks.\n" +
                          alfworld_examples(alfworld_kind(first_info, first_obs), "act"))
+        elif self.few_shot == "auto" and self._fmt.example:
+            parts.append(self._fmt.example_text())
         elif self.few_shot not in (None, "auto", "none"):
             parts.append(f"Here are examples.\n{self.few_shot}")
         parts.append("Here is the task.\n" + first_obs)
         parts.extend(f"> {a}\n{o}" for a, o in node.history)
         return "\n".join(parts)
 
-    def _propose(self, context: str, node: Node) -> list[str]:
+    async def _propose(self, context: str, node: Node) -> list[str]:
         admissible = node.info.get("admissible_actions")
         if self.multiline:
             ask = f"{context}\n\n{PROPOSE_MARK} Give up to {self.breadth} different candidate answers, best first, " \
                   f"each written exactly as the task asks, separated by a line containing only {SEPARATOR}."
         else:
             ask = f"{context}\n\n{PROPOSE_MARK} Give up to {self.breadth} different promising next actions, one " \
-                  "per line, each written exactly as the environment expects it, best first."
+                  "per line, each written exactly as the task asks, best first."
         if admissible:
             ask += "\nValid actions: " + "; ".join(admissible)
         self._calls += 1
-        reply = self.backbone.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": ask}],
-                                   max_tokens=self.max_tokens, temperature=self.temperature,
-                                   seed=turn_seed(self._seed, self._calls))
+        reply = await achat(self.backbone, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ask}],
+                            max_tokens=self.max_tokens, temperature=self.temperature,
+                            seed=turn_seed(self._seed, self._calls))
+        self.episode_usage = self.episode_usage + reply.usage
         out: list[str] = []
         pieces = re.split(rf"(?m)^\s*{SEPARATOR}\s*$", reply.text) if self.multiline else reply.text.splitlines()
         for line in pieces:
-            action = parse_reply(line, True) if self.multiline else parse_action(line)
-            if not action:
+            action = parse_reply(line, self.multiline)
+            if not action or is_thought(action):
                 continue
             if admissible:
                 action = match_admissible(action, admissible) or action
@@ -123,7 +131,7 @@ class TreeOfThoughtsAgent(TextAgent):
             out = [a for a in out if a in admissible]
         return out[: self.breadth]
 
-    def _value(self, context: str, action: str, result: str | None) -> float:
+    async def _value(self, context: str, action: str, result: str | None) -> float:
         ask = f"{context}\n\n{VALUE_MARK}\nCandidate next action: {action}\n"
         if result is not None:
             ask += f"Resulting observation: {result}\n"
@@ -132,9 +140,11 @@ class TreeOfThoughtsAgent(TextAgent):
         total = 0.0
         for _ in range(self.value_samples):
             self._calls += 1
-            reply = self.backbone.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": ask}],
-                                       max_tokens=8, temperature=self.value_temperature,
-                                       seed=turn_seed(self._seed, self._calls))
+            reply = await achat(self.backbone, [{"role": "system", "content": SYSTEM},
+                                                {"role": "user", "content": ask}],
+                                max_tokens=8, temperature=self.value_temperature,
+                                seed=turn_seed(self._seed, self._calls))
+            self.episode_usage = self.episode_usage + reply.usage
             m = re.search(r"\b(sure|likely|impossible)\b", reply.text.lower())
             total += VALUES[m.group(1)] if m else 0.0
         return total
@@ -162,11 +172,12 @@ class TreeOfThoughtsAgent(TextAgent):
         self._env_steps += len(node.actions) if mode == "replay" else 0
 
     # -- episode ---------------------------------------------------------------------------
-    def run_episode(self, env: Any, *, seed: int, max_steps: int | None = None,
-                    options: dict | None = None) -> EpisodeResult:
-        start, before = time.perf_counter(), self.backbone.usage
+    async def arun_episode(self, env: Any, *, seed: int, max_steps: int | None = None,
+                           options: dict | None = None) -> EpisodeResult:
+        start, before = time.perf_counter(), None
         mode = self._mode(env)
-        self._env_steps, self._calls, self._seed = 0, 0, seed
+        self._env_steps, self._calls, self._seed, self.episode_usage = 0, 0, seed, Usage()
+        self._fmt: TaskFormat = task_format(self.task, env)
         obs, info = env.reset(seed=seed, options=options)
         first_obs = clean_alfworld(obs) if self.task == "alfworld" else obs
         depth_limit = max_steps or getattr(env, "max_steps", None) or 50
@@ -179,12 +190,12 @@ class TreeOfThoughtsAgent(TextAgent):
                 if len(frontier) > 1 or mode != "none":
                     self._restore(env, mode, node, seed, options)
                 context = self._context(node, first_obs, info)
-                for action in self._propose(context, node) or ["look"]:
+                for action in await self._propose(context, node) or ["look"]:
                     child = self._expand(env, mode, node, action, seed, options)
                     if child.won:
                         best = child
                         return self._result(env, mode, best, seed, options, start, before)
-                    child.value = self._value(context, action, child.obs if mode != "none" else None)
+                    child.value = await self._value(context, action, child.obs if mode != "none" else None)
                     children.append(child)
                     if mode != "none":
                         self._restore(env, mode, node, seed, options)
@@ -217,7 +228,7 @@ class TreeOfThoughtsAgent(TextAgent):
                 before: Any) -> EpisodeResult:
         if mode in ("snapshot", "replay"):
             self._restore(env, mode, best, seed, options)  # leave the env in the chosen state
-        usage = _delta(self.backbone.usage, before)
+        usage = self.episode_usage
         return EpisodeResult(str(best.info.get("task_id", "")), seed, best.won, best.reward, len(best.actions),
                              usage.requests, usage, best.trace, env_steps=self._env_steps,
                              seconds=time.perf_counter() - start)

@@ -14,36 +14,59 @@ HELP = "evaluate a trained run's last checkpoint, or a prompting agent with a ba
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help="a training run directory: evaluate its last checkpoint")
     p.add_argument("--task", help="text task for a prompting agent (alfworld, webshop, cruxeval, arc, minigrid)")
-    p.add_argument("--agent", help="prompting agent for text tasks (react, tot)")
+    p.add_argument("--agent", help="prompting agent for text tasks (react, act, tot)")
     p.add_argument("--backbone", help="backbone for text tasks: an API model name, a local path or a preset")
     p.add_argument("--episodes", type=int, default=None, help="episodes to run (default: the run's evaluation_episodes, or 10)")
     p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's seed, or 0)")
     p.add_argument("--max-steps", type=int, default=None, help="text tasks: step limit per episode")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="text tasks: episodes in flight at once (default 8; a local model decodes them together)")
+    p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],
+                   help="text tasks: environment option, e.g. --set task=input for CRUXEval input prediction "
+                        "(repeatable)")
     p.add_argument("--output", help="write the results as JSON to this file")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.episodes is not None and args.episodes < 1:
         raise ConfigError(f"--episodes={args.episodes} is invalid: must be >= 1")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise ConfigError(f"--concurrency={args.concurrency} is invalid: must be >= 1")
     if args.run_dir:
-        if args.agent or args.backbone:
-            raise ConfigError("--run-dir evaluates a trained run; --agent/--backbone are for text-task prompting agents")
+        if args.agent or args.backbone or args.set or args.concurrency:
+            raise ConfigError("--run-dir evaluates a trained run; --agent/--backbone/--set/--concurrency are for "
+                              "text-task prompting agents")
         results = _eval_run(args)
         if args.output:
             with open(args.output, "w") as fh:
                 json.dump(results, fh, indent=2, sort_keys=True)
     elif args.task:
         if not (args.agent and args.backbone):
-            raise ConfigError("text-task evaluation needs --agent (react, tot) and --backbone")
-        from echo_rl.agents.runner import evaluate_text_agent
+            raise ConfigError("text-task evaluation needs --agent (react, act, tot) and --backbone")
+        from echo_rl.agents.runner import DEFAULT_CONCURRENCY, evaluate_text_agent
 
         results = evaluate_text_agent(task=args.task, agent=args.agent, backbone=args.backbone,
                                       episodes=args.episodes or 10, seed=args.seed or 0, max_steps=args.max_steps,
-                                      output=args.output)  # the runner writes --output (+ trajectories)
+                                      env_config=_env_options(args.set), output=args.output,
+                                      concurrency=args.concurrency or DEFAULT_CONCURRENCY)
+        # the runner writes --output (+ trajectories)
     else:
         raise ConfigError("give --run-dir (a trained run) or --task with --agent and --backbone")
     print(json.dumps(results, indent=2, sort_keys=True))
     return 0
+
+
+def _env_options(items: list[str]) -> dict:
+    """``--set key=value`` pairs as environment options (values read as YAML: numbers, booleans, strings)."""
+    import yaml
+
+    from echo_rl.config import parse_override
+
+    out = {}
+    for text in items:
+        key, value = parse_override(text)
+        out[key] = yaml.safe_load(value) if isinstance(value, str) else value
+    return out
 
 
 def _eval_run(args: argparse.Namespace) -> dict:
