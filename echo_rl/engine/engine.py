@@ -138,7 +138,11 @@ class AsyncExecutionEngine(EngineFrontend):
         self.max_context = min(self.runner.max_context, cfg.max_context_length or self.runner.max_context)
         bytes_per_token = 2 * len(self.runner.layers) * self.runner.num_kv_heads * self.runner.head_dim \
             * torch.tensor([], dtype=self.runner.dtype).element_size()
-        budget_tokens = int(cfg.kv_memory_budget_mb * 2**20) // bytes_per_token
+        # The budget bounds all KV the engine allocates: the cache pool plus every running sequence's
+        # working buffer. The cache yields to working KV (evicts and shrinks); requests wait for room.
+        self.kv_budget_bytes = int(cfg.kv_memory_budget_mb * 2**20)
+        self.bytes_per_token = bytes_per_token
+        budget_tokens = self.kv_budget_bytes // bytes_per_token
         self.cache = KVCacheManager(len(self.runner.layers), self.runner.num_kv_heads, self.runner.head_dim,
                                     min(cfg.max_cache_size, budget_tokens), self.runner.dtype, self.device)
         self.scheduler = RequestScheduler(
@@ -276,8 +280,13 @@ class AsyncExecutionEngine(EngineFrontend):
 
     def _snapshot(self) -> dict[str, float]:
         out = self.metrics.snapshot()
+        working = self._working_bytes()
         out.update({"cache_tokens": float(self.cache.cached_tokens),
                     "cache_memory_mb": self.cache.memory_bytes / 2**20,
+                    "cache_allocated_mb": self.cache.pool.capacity_bytes / 2**20,
+                    "kv_working_mb": working / 2**20,
+                    "kv_memory_mb": (working + self.cache.pool.capacity_bytes) / 2**20,
+                    "kv_budget_mb": self.kv_budget_bytes / 2**20,
                     "cache_evicted_tokens": float(self.cache.evicted_tokens),
                     "cache_pinned_tokens": float(self.cache.pinned_tokens()),
                     "running": float(len(self._running)), "waiting": float(len(self._waiting)),
@@ -389,7 +398,21 @@ class AsyncExecutionEngine(EngineFrontend):
                 done.append((seq.req, self._finish(seq, reason)))
             except Exception as exc:
                 done.append((seq.req, self._fail_one(seq, exc)))
+        self._note_kv()
+        self._fit_cache()  # finished sequences gave working KV back: the cache may grow into it
         return done
+
+    # -- KV memory budget -------------------------------------------------------
+    def _working_bytes(self) -> int:
+        return sum(s.kv.nbytes for s in self._running)
+
+    def _note_kv(self) -> None:
+        self.metrics.record_kv(self._working_bytes() + self.cache.pool.capacity_bytes)
+
+    def _fit_cache(self, extra: int = 0) -> bool:
+        """Bound the cache by what the budget leaves after working KV (+ ``extra`` bytes about to be taken)."""
+        room = self.kv_budget_bytes - self._working_bytes() - extra
+        return room >= 0 and self.cache.set_limit(room // self.bytes_per_token)
 
     def _forward_isolating(self, segments: list[Segment], seqs: list[_Sequence],
                            done: list) -> list[tuple[_Sequence, torch.Tensor]]:
@@ -453,7 +476,9 @@ class AsyncExecutionEngine(EngineFrontend):
         for req in admitted:
             match = None
             try:
-                match = self.cache.match_and_pin(req.prompt, limit(req))
+                match = self._reserve(req, limit(req), failed)
+                if match is None:
+                    continue
                 kv = self.runner.new_kv(req.num_inputs + req.params.max_new_tokens)
                 if match.length:
                     kv.load_rows(self.cache.pool.read(match.slots))
@@ -472,6 +497,37 @@ class AsyncExecutionEngine(EngineFrontend):
             self.metrics.record_admit(now - req.arrival)
             self._running.append(_Sequence(req, kv, match, now, self.scheduler.b_eff(req.num_inputs, match.length),
                                            gen, self.policy_version))
+            self._note_kv()
+        self._waiting.sort(key=lambda r: r.rid)  # requests sent back to wait keep their arrival order
+
+    def _reserve(self, req: _Request, limit: int, failed: list) -> PrefixMatch | None:
+        """Pin the request's cached prefix and make room in the KV budget for its working buffer.
+
+        The cache shrinks (LRU eviction) to make room. If pinned entries leave too little, the request
+        retries without its cached prefix, then waits for running sequences to finish; one that cannot
+        fit even alone fails with an error naming the budget. None: not admitted now.
+        """
+        need = (req.num_inputs + req.params.max_new_tokens) * self.bytes_per_token
+        match = self.cache.match_and_pin(req.prompt, limit)
+        if self._fit_cache(need):
+            match.slots = self.cache.current_slots(match)  # shrinking the pool may have moved them
+            return match
+        self.cache.release(match)
+        match = self.cache.match_and_pin(req.prompt, 0)  # recompute the prefix rather than wait
+        if self._fit_cache(need):
+            return match
+        self.cache.release(match)
+        self._fit_cache()
+        if not self._running and need > self.kv_budget_bytes:
+            self.metrics.requests_failed += 1
+            failed.append((req, RequestFailedError(
+                f"request {req.rid} needs {need / 2**20:.3f} MiB of working KV ({req.num_inputs} inputs + "
+                f"max_new_tokens {req.params.max_new_tokens}, {self.bytes_per_token} B/token) but "
+                f"ExecutionConfig.kv_memory_budget_mb={self.config.kv_memory_budget_mb:g}")))
+        else:
+            self.metrics.memory_waits += 1
+            self._waiting.append(req)
+        return None
 
     @staticmethod
     def _match_limit(req: _Request) -> int:

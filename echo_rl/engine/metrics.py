@@ -12,6 +12,11 @@ Definitions (docs/engine.md repeats them):
 - **Queue time** = admission time - arrival time, per request.
 - **Shared-prefix waits**: admissions postponed by one or more steps because a
   request being prefilled was computing a long prefix of this one.
+- **Memory waits**: admissions postponed because the KV budget had no room for
+  the request's working KV (after the cache gave back what it could).
+- **Peak KV** (``kv_peak_mb``): the most KV memory the engine held at once in
+  the window (cache pool allocation + working buffers), checked after every
+  admission and every step; it stays within ``kv_memory_budget_mb``.
 - **Batch occupancy** = sequences in a step's forward / max_concurrent_rollouts,
   averaged over steps; **tokens per step** the packed rows per forward.
 """
@@ -46,12 +51,18 @@ class EngineMetrics:
         self.queue_times: list[float] = []
         self.b_eff_total = 0.0
         self.shared_prefix_waits = 0
+        self.memory_waits = 0
+        self.kv_peak_bytes = 0
 
     def record_step(self, sequences: int, tokens: int, seconds: float) -> None:
         self.steps += 1
         self.step_sequences += sequences
         self.computed_tokens += tokens
         self.step_seconds += seconds
+
+    def record_kv(self, nbytes: int) -> None:
+        """KV the engine holds now (cache pool allocation + working buffers); keeps the peak."""
+        self.kv_peak_bytes = max(self.kv_peak_bytes, int(nbytes))
 
     def record_admit(self, queue_time: float) -> None:
         self.queue_times.append(queue_time)
@@ -93,4 +104,6 @@ class EngineMetrics:
             "queue_time_max": float(q.max()),
             "b_eff_total": self.b_eff_total,
             "shared_prefix_waits": float(self.shared_prefix_waits),
+            "memory_waits": float(self.memory_waits),
+            "kv_peak_mb": self.kv_peak_bytes / 2**20,
         }

@@ -75,6 +75,11 @@ class KVPool:
         return n * torch.tensor([], dtype=self.dtype).element_size()
 
     @property
+    def capacity_bytes(self) -> int:
+        """Bytes the pool has allocated (used or not): what counts against the memory budget."""
+        return self.capacity * self.bytes_per_slot
+
+    @property
     def num_free(self) -> int:
         return len(self._free) + (self.max_slots - self.capacity)
 
@@ -104,6 +109,33 @@ class KVPool:
     def free(self, slots: torch.Tensor) -> None:
         self._free.extend(slots.tolist())
 
+    def shrink(self, target: int) -> torch.Tensor | None:
+        """Reallocate to ``target`` slots (at least :attr:`num_used`), moving used slots above it down.
+
+        Returns the old->new slot map when slots moved (the owner must renumber what it holds), else None.
+        """
+        target = int(target)
+        if target >= self.capacity:
+            return None
+        if target < self.num_used:
+            raise ValueError(f"cannot shrink the KV pool to {target} slots: {self.num_used} are in use")
+        used = torch.ones(self.capacity, dtype=torch.bool)
+        if self._free:
+            used[torch.tensor(self._free, dtype=torch.long)] = False
+        high = used[target:].nonzero().flatten() + target
+        low_free = (~used[:target]).nonzero().flatten()
+        mapping = None
+        if len(high):
+            dst = low_free[: len(high)]
+            self.buf.index_copy_(0, dst.to(self.device), self.buf.index_select(0, high.to(self.device)))
+            mapping = torch.arange(self.capacity)
+            mapping[high] = dst
+            used[dst] = True
+        self.buf = self.buf[:target].clone()  # a new, smaller allocation; the old one is freed
+        self._free = (~used[:target]).nonzero().flatten().flip(0).tolist()  # low slots handed out first
+        self.capacity = target
+        return mapping
+
     def write(self, slots: torch.Tensor, rows: torch.Tensor) -> None:
         """Store ``rows`` ``[n, 2, layers, kv_heads, head_dim]`` into ``slots``."""
         self.buf.index_copy_(0, slots, rows)
@@ -119,7 +151,9 @@ class KVCacheManager:
     """Longest-prefix KV reuse with pinning, LRU eviction and version salting.
 
     ``max_tokens`` bounds the slots the tree may hold (the memory budget divided
-    by the bytes one token's KV takes, capped by ``max_cache_size``).
+    by the bytes one token's KV takes, capped by ``max_cache_size``). The engine
+    lowers that bound at run time with :meth:`set_limit` while in-flight
+    sequences need the rest of the budget for their working KV.
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_tokens: int,
@@ -315,6 +349,45 @@ class KVCacheManager:
         for v in [v for v in self._roots if v != self.version]:
             self._drop_stale(v)
         self.evict(self.pool.capacity + 1)
+
+    # -- memory limit ---------------------------------------------------------
+    @property
+    def limit(self) -> int:
+        """Slots the pool may hold now (``<= max_tokens``)."""
+        return self.pool.max_slots
+
+    def set_limit(self, max_tokens: int) -> bool:
+        """Hold at most ``max_tokens`` slots (capped by ``max_tokens`` of the constructor).
+
+        Lowering it evicts LRU entries and shrinks the pool's allocation; returns
+        False, changing nothing, when pinned entries alone need more.
+        """
+        target = max(0, min(int(max_tokens), self.max_tokens))
+        if target >= self.pool.capacity:
+            self.pool.max_slots = target
+            return True
+        if self.pool.num_used > target:
+            self.evict(self.pool.num_used - target)
+            if self.pool.num_used > target:
+                return False
+        mapping = self.pool.shrink(target)
+        self.pool.max_slots = target
+        if mapping is not None:
+            mapping = mapping.to(self.pool.device)
+            for n in self._nodes():
+                if n.parent is not None and len(n.slots):
+                    n.slots = mapping[n.slots]
+        return True
+
+    def current_slots(self, match: PrefixMatch) -> torch.Tensor:
+        """The slots of a pinned match now (a :meth:`set_limit` that shrank the pool renumbers slots)."""
+        parts, node = [], match.node
+        while node is not None and node.parent is not None:
+            parts.append(node.slots)
+            node = node.parent
+        if not parts:
+            return torch.empty(0, dtype=torch.long, device=self.pool.device)
+        return torch.cat(parts[::-1])
 
     # -- accounting -----------------------------------------------------------
     @property

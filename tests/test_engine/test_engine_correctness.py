@@ -70,16 +70,42 @@ def test_multi_turn_reuse_matches_generate(kind):
     assert snap["cache_pinned_tokens"] == 0
 
 
-def test_tight_budget_forces_evictions_and_stays_exact():
+def test_tight_budget_bounds_all_kv_and_stays_exact():
+    """The budget holds the cache *and* the working KV: requests wait for room, the cache yields."""
     model = tiny_model("llama-gqa")
     per_token = 2 * 2 * 2 * 16 * 4  # K+V, layers, kv heads, head_dim, fp32
-    cfg = ExecutionConfig(max_batch_tokens=16, kv_memory_budget_mb=60 * per_token / 2**20)
+    budget = 260 * per_token  # about two in-flight requests of ~100 positions and a small cache
+    cfg = ExecutionConfig(max_batch_tokens=16, kv_memory_budget_mb=budget / 2**20)
     log, eng = _episodes(model, n_eps=4, turns=4, cfg=cfg, seed=3)
     for prompt, r in log:
         assert r.token_ids == hf_greedy(model, prompt, len(r.token_ids))
-    assert eng.cache.max_tokens == 60
+    snap = eng.snapshot()
+    assert eng.bytes_per_token == per_token
+    assert 0 < snap["kv_peak_mb"] * 2**20 <= budget
+    assert snap["memory_waits"] > 0  # four episodes did not all fit at once
     assert eng.cache.evicted_tokens > 0
-    assert eng.cache.cached_tokens <= 60
+    assert snap["kv_reuse_rate"] > 0  # the cache still served prefixes inside the budget
+    assert snap["kv_working_mb"] == 0 and snap["kv_memory_mb"] * 2**20 <= budget
+
+
+def test_request_larger_than_the_budget_fails_alone():
+    model = tiny_model("llama-gqa")
+    per_token = 2 * 2 * 2 * 16 * 4
+    cfg = ExecutionConfig(kv_memory_budget_mb=100 * per_token / 2**20)
+    small, big = prompts(2, 20, 21, seed=5)
+
+    async def main():
+        async with AsyncExecutionEngine(cfg, model) as eng:
+            res = await asyncio.gather(eng.generate(small, max_new_tokens=8, stop_token_ids=()),
+                                       eng.generate(big * 4, max_new_tokens=30, stop_token_ids=()),
+                                       return_exceptions=True)
+            return res, eng.snapshot()
+
+    (ok, err), snap = run(main())
+    assert ok.token_ids == hf_greedy(model, small, 8)
+    assert "needs 0.054 MiB of working KV (80 inputs + max_new_tokens 30" in str(err)
+    assert "kv_memory_budget_mb" in str(err)
+    assert snap["kv_peak_mb"] * 2**20 <= 100 * per_token
 
 
 def test_no_cache_still_exact():

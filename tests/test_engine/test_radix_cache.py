@@ -134,3 +134,28 @@ def test_random_workload_keeps_kv_consistent(seqs, budget, seed):
 def test_bad_budget():
     with pytest.raises(ValueError, match="max_tokens=-1"):
         cache(-1)
+
+
+def test_set_limit_evicts_and_compacts_keeping_contents():
+    c = KVCacheManager(num_layers=2, num_kv_heads=1, head_dim=3, max_tokens=64)
+    seqs = [[10 * i + j for j in range(1, 9)] for i in range(1, 7)]  # 6 x 8 tokens, disjoint
+    for s in seqs:
+        c.insert(s, kv_of(s))
+    keep = c.match_and_pin(seqs[-1])  # pinned: must survive and still read back right
+    assert c.set_limit(20)
+    assert c.pool.capacity == 20 and c.pool.capacity_bytes == 20 * c.pool.bytes_per_slot
+    assert c.cached_tokens <= 20 and c.evicted_tokens >= 28
+    c.check_invariants()
+    for s in seqs:
+        n = c.match_length(s)
+        if n:
+            assert read_tokens(c, c.match_and_pin(s)) == s[:n]
+    assert c.match_length(seqs[-1]) == 8
+    keep.slots = c.current_slots(keep)
+    assert read_tokens(c, keep) == seqs[-1]
+    assert not c.set_limit(4)  # the pinned 8 tokens do not fit in 4: nothing changes
+    assert c.pool.capacity == 20
+    c.release(keep)
+    assert c.set_limit(100) and c.limit == 64  # never above the constructor's bound
+    s = list(range(500, 530))
+    assert c.insert(s, kv_of(s)) == 30 and c.pool.capacity <= 64
