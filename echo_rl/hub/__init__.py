@@ -1,0 +1,10 @@
+"""The project's published results and trained policies, shipped inside the package.
+
+- :mod:`echo_rl.hub.scores`: every per-seed number of ``docs/results.md`` (final
+  scores and, where the study reports them, learning curves) with the command and
+  commit that made them, as arrays for :mod:`echo_rl.evaluation.statistics`;
+- :mod:`echo_rl.hub.models`: trained MiniGrid policies as ONNX files
+  (``python -m echo_rl.hub.build_models`` makes them), loadable by name with
+  ``echo_rl.load_policy``;
+- ``python -m echo_rl.hub.apps.ppo_minigrid --env-id ...``: one-line training apps.
+"""

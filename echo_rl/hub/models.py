@@ -1,0 +1,87 @@
+"""Trained hub policies: ONNX files in ``data/models`` with a record of how they were made and what they score.
+
+``data/models/models.json`` holds, per name: the file and its SHA-256, the
+training config and command, the commit, and the *published* evaluation —
+greedy actions on the run's own evaluation seeds (``seed + EVAL_SEED_OFFSET``,
+env i reset with ``seed + 10000 i``), which :func:`evaluate`,
+``examples/standalone_policy.py`` and ``echo-rl eval``'s episode layout share;
+beside it the run's own (sampled) final evaluation. ``python -m
+echo_rl.hub.build_models`` writes both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from echo_rl.config import ConfigError
+
+INDEX = "models.json"
+
+
+def models_dir() -> Path:
+    return Path(str(resources.files("echo_rl.hub").joinpath("data", "models")))
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict:
+    path = models_dir() / INDEX
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def names() -> list[str]:
+    return sorted(_index())
+
+
+def info(name: str) -> dict[str, Any]:
+    name = name[4:] if name.startswith("hub:") else name
+    if name not in _index():
+        raise ConfigError(f"unknown hub model {name!r}; allowed: {', '.join(names()) or 'none'}")
+    return dict(_index()[name])
+
+
+def path(name: str) -> Path:
+    """The model's ONNX file, checked against its recorded SHA-256 (a damaged install is one clear error)."""
+    entry = info(name)
+    file = models_dir() / entry["file"]
+    if not file.is_file():
+        raise ConfigError(f"hub model {name!r}: {file} is missing; rebuild with python -m echo_rl.hub.build_models")
+    if hashlib.sha256(file.read_bytes()).hexdigest() != entry["sha256"]:
+        raise ConfigError(f"hub model {name!r}: {file} does not match its recorded SHA-256 (damaged or replaced); "
+                          f"rebuild with python -m echo_rl.hub.build_models {name}")
+    return file
+
+
+def load(name: str):
+    """``echo_rl.load_policy("hub:NAME")``."""
+    from echo_rl.export.loading import load_policy
+
+    info(name)
+    return load_policy(f"hub:{name[4:] if name.startswith('hub:') else name}")
+
+
+def evaluate_greedy(policy, env_name: str, episodes: int, seed: int, num_envs: int = 16,
+                    env_config: dict | None = None) -> dict[str, float]:
+    """Greedy-action success and return over ``episodes`` seeded episodes (``rollout.evaluate_policy``'s layout)."""
+    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.training.rollout import evaluate_policy
+
+    policy.reset()
+    try:
+        return evaluate_policy(lambda n: make_vector_env(env_name, n, **(env_config or {})),
+                               lambda obs, starts: policy.act(obs, starts), episodes, seed, num_envs=num_envs,
+                               episode_starts=True)
+    finally:
+        policy.reset()
+
+
+def evaluate(name: str) -> dict[str, float]:
+    """Re-run the published evaluation of a hub model."""
+    entry = info(name)
+    ev = entry["published"]
+    return evaluate_greedy(load(name), entry["env_name"], ev["episodes"], ev["seed"], ev["num_envs"],
+                           entry.get("env_config"))
