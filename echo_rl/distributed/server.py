@@ -29,7 +29,13 @@ listens on a non-loopback address. All are checked per connection or per frame, 
 
 Backpressure: a TCP connection is read only as fast as its samples are stored, so a slow server
 fills the socket buffers and then the client's ack window, which blocks the writer; a shm writer
-blocks when its ring is full.
+blocks when its ring is full. A buffer with a rate limiter (samples per insert) adds one more
+source: stores wait for the limiter's permission, so writers slow to the learner's pace.
+
+Checkpoints (:mod:`checkpoint`): ``checkpoint_path`` restores the buffer and the writer streams'
+positions at start when the file exists, and ``checkpoint_every`` seconds (or
+:meth:`ReplayServer.checkpoint`) writes them atomically — a server killed with SIGKILL restarts
+with every sample acknowledged before its last checkpoint.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ import uuid
 import numpy as np
 
 from echo_rl.core.replay.buffer import Batch
+from echo_rl.core.replay.rate_limiter import RateLimited, RateLimiterCancelled
+from echo_rl.core.replay.samplers import ReplayNotReadyError
+from echo_rl.distributed import checkpoint as ckpt
 from echo_rl.distributed import protocol as P
 from echo_rl.distributed.limits import Closed as _Closed
 from echo_rl.distributed.limits import Refuser, ServerLimits, Timeout, bind_warning, recv_exact
@@ -68,12 +77,15 @@ class ReplayServer:
     authentication. It is kept in memory only, never logged. ``max_connections``, ``handshake_timeout``,
     ``idle_timeout``, ``max_rings``, ``max_rings_per_client``, ``max_reply_bytes``: see
     :class:`~echo_rl.distributed.limits.ServerLimits`.
+    ``checkpoint_path``: restore from it at start if it exists; ``checkpoint_every``: seconds between
+    automatic checkpoints to it (None: only explicit :meth:`checkpoint` calls).
     """
 
     def __init__(self, buffer, host: str = "127.0.0.1", port: int = 0, *, shm_capacity: int = 1 << 16,
                  max_run: int = 4096, coalesce: int = 256, logger=None, secret: str | bytes | None = None,
                  max_connections: int = 256, handshake_timeout: float = 10.0, idle_timeout: float | None = 600.0,
-                 max_rings: int = 64, max_rings_per_client: int = 4, max_reply_bytes: int = 1 << 30):
+                 max_rings: int = 64, max_rings_per_client: int = 4, max_reply_bytes: int = 1 << 30,
+                 checkpoint_path: str | os.PathLike | None = None, checkpoint_every: float | None = None):
         if getattr(buffer, "schema", None) is None:
             raise ValueError("buffer has no schema yet: build it with example=<one sample> before serving it")
         if not 0 <= int(port) <= 65535:
@@ -108,12 +120,22 @@ class ReplayServer:
         self.last_batch_metrics: dict[str, float] = {}
         self.closed_reasons: collections.deque = collections.deque(maxlen=1000)  # why connections were dropped
         self._closed_count = 0
+        if checkpoint_every is not None and (checkpoint_path is None or not float(checkpoint_every) > 0):
+            raise ValueError(f"checkpoint_every={checkpoint_every!r} is invalid: needs checkpoint_path and a number > 0")
+        self.checkpoint_path = None if checkpoint_path is None else os.fspath(checkpoint_path)
+        self.checkpoint_every = checkpoint_every
+        self._ckpt_lock = threading.Lock()  # held around every store + stream position update
+        self._checkpointer: ckpt.Checkpointer | None = None
+        self._restored = False
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "ReplayServer":
         if self._sock is not None:
             raise RuntimeError("ReplayServer is already started")
         self._stop.clear()
+        if self.checkpoint_path is not None and os.path.exists(self.checkpoint_path) and not self._restored:
+            ckpt.restore(self, self.checkpoint_path)
+            self._note_stored()
         sock = socket.create_server((self.host, self.port), backlog=128)
         sock.settimeout(0.2)
         self._sock = sock
@@ -123,6 +145,9 @@ class ReplayServer:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
+        if self.checkpoint_every is not None:
+            self._checkpointer = ckpt.Checkpointer(self, self.checkpoint_path, self.checkpoint_every)
+            self._checkpointer.start()
         log.info("replay server listening on %s:%d (schema: %s; %s)", self.host, self.port, self.schema.describe(),
                  "shared-secret authentication on" if self._secret else "no authentication")
         warning = bind_warning(sock.getsockname()[0], self.port, self._secret is not None)
@@ -145,6 +170,10 @@ class ReplayServer:
         for t in self._threads:
             t.join(timeout=10)
         self._threads.clear()
+        if self._checkpointer is not None:  # a last checkpoint of everything stored
+            self._checkpointer.join(timeout=10)
+            self._checkpointer.tick()
+            self._checkpointer = None
         self._sock.close()
         self._sock = None
         self._refuser.close()
@@ -175,14 +204,29 @@ class ReplayServer:
         ``out``: the learner's preallocated (or pinned) arrays, filled in place (see the buffer's
         ``sample``); ``Batch.data`` is then ``out``."""
         t0 = time.monotonic()
+        deadline = None if timeout is None else t0 + timeout
         with self._ready:
             if not self._ready.wait_for(lambda: self.buffer.ready or self._stop.is_set(), timeout=timeout):
                 raise TimeoutError(f"replay buffer not ready after {timeout}s ({len(self.buffer)} samples stored, "
                                    f"needs {self.buffer.min_experiences})")
-        if not self.buffer.ready:
-            raise RuntimeError("replay server was closed while waiting for samples")
         t1 = time.monotonic()
-        batch = self.buffer.sample(n, beta=beta) if out is None else self.buffer.sample(n, beta=beta, out=out)
+        limited = self.buffer.rate_limiter is not None
+        while True:  # a rate limiter or a FIFO sampler may still say "not yet": wait in slices, watching stop
+            if self._stop.is_set():
+                raise RuntimeError("replay server was closed while waiting for samples")
+            left = None if deadline is None else deadline - time.monotonic()
+            try:
+                kw = {"timeout": max(0.0, min(0.2, left if left is not None else 0.2))} if limited else {}
+                batch = self.buffer.sample(n, beta=beta, out=out, **kw)
+                break
+            except RateLimited:
+                if left is not None and left <= 0.2:
+                    raise
+            except ReplayNotReadyError as exc:
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"no batch of {n} after {timeout}s: {exc}") from None
+                with self._ready:
+                    self._ready.wait(min(0.05, left) if left is not None else 0.05)
         t2 = time.monotonic()
         self._batches += 1
         m = {"replay/batch_wait_s": t1 - t0, "replay/batch_latency_s": t2 - t0,
@@ -266,22 +310,62 @@ class ReplayServer:
         s = self._streams.get(stream)
         return None if s is None else s.next_seq
 
-    # ------------------------------------------------------------ internals
-    def _store(self, records: np.ndarray, stats: ClientStats | None) -> None:
-        self.buffer.add(P.records_to_tree(self.schema, records))
-        if stats is not None:
-            stats.note(len(records), records.nbytes)
-        self._note_ready()
+    def checkpoint(self, path: str | os.PathLike | None = None) -> dict:
+        """Write the buffer and the writer streams' positions to ``path`` (default ``checkpoint_path``)
+        atomically; every sample acknowledged before this call is in it. Returns ``samples``, ``streams``."""
+        path = path if path is not None else self.checkpoint_path
+        if path is None:
+            raise ValueError("checkpoint() needs a path: pass one or build the server with checkpoint_path=")
+        return ckpt.save(self, path)
 
-    def _note_ready(self) -> None:
-        if not self._became_ready and self.buffer.ready:
-            self._became_ready = True
+    # ------------------------------------------------------------ internals
+    def _note_stored(self) -> None:
+        """Wake learners waiting for the buffer to become ready or, FIFO, for unread samples."""
+        if self._became_ready or self.buffer.ready or self.buffer.sampler.contiguous:
+            self._became_ready = self._became_ready or self.buffer.ready
             with self._ready:
                 self._ready.notify_all()
 
-    def _store_runs(self, runs: list, stats: ClientStats) -> None:
+    def _add_limited(self, part, n: int, st=None, stored=None) -> None:
+        """Store n samples (``part(lo, hi)`` gives samples lo..hi as a batch pytree) as the buffer's
+        rate limiter allows, waiting in slices so a closing server is not held up. Each piece is stored
+        and acknowledged — its stream position recorded, or ``stored(k)`` (shared-memory tails) —
+        under the checkpoint lock, so a checkpoint holds exactly the acknowledged samples."""
+        lim = self.buffer.rate_limiter
+        first = None if st is None else st.next_seq - n
+        done = 0
+        while done < n:
+            k = n - done
+            if lim is not None:
+                try:
+                    k = lim.acquire_inserts(n - done, timeout=0.2)
+                except (RateLimited, RateLimiterCancelled):
+                    if not self._stop.is_set():
+                        continue
+                    if st is not None:  # not stored: the writer resends from here
+                        st.next_seq = first + done
+                    raise _Closed() from None
+            with self._ckpt_lock:
+                try:
+                    self.buffer.add_granted(part(done, done + k))
+                except BaseException:
+                    if lim is not None:
+                        lim.refund(inserts=k)
+                    raise
+                if lim is not None:
+                    lim.commit(k)
+                if st is not None:
+                    st.stored_seq = first + done + k
+                if stored is not None:
+                    stored(k)
+            done += k
+        self._note_stored()
+
+    def _store_runs(self, runs: list, stats: ClientStats, st=None) -> None:
         """One buffer.add for several runs of records (the per-call cost of add dwarfs a small copy)."""
-        self._store(runs[0] if len(runs) == 1 else np.concatenate(runs), stats)
+        records = runs[0] if len(runs) == 1 else np.concatenate(runs)
+        self._add_limited(lambda lo, hi: P.records_to_tree(self.schema, records[lo:hi]), len(records), st)
+        stats.note(len(records), records.nbytes)
 
     def _accept_loop(self) -> None:
         cap = self.limits.max_connections
@@ -399,7 +483,9 @@ class ReplayServer:
         try:
             st.conn = conn
             if client_next > st.next_seq:
-                raise P.ProtocolError(f"next_seq={client_next} is ahead of the server's {st.next_seq} for this stream")
+                raise P.ProtocolError(f"next_seq={client_next} is ahead of the server's {st.next_seq} for this stream: "
+                                      f"the server restarted from a checkpoint taken before samples [{st.next_seq}, "
+                                      f"{client_next}) of it were acknowledged; they are lost")
             conn.sendall(P.json_frame(P.WELCOME, {"version": P.PROTOCOL_VERSION, "record_size": self.rec.itemsize},
                                       seq=st.next_seq))
             read_stream(self, conn, st, stats)
@@ -465,20 +551,16 @@ class ReplayServer:
                 try:
                     leaves = taken[0][3] if len(taken) == 1 else [np.concatenate(parts)
                                                                    for parts in zip(*(t[3] for t in taken))]
-                    self.buffer.add(self.schema.unflatten(leaves))
-                    self._note_ready()
+                    self._add_limited(lambda lo, hi: self.schema.unflatten([x[lo:hi] for x in leaves]), total,
+                                      stored=_Consumer(taken, self._stats))
+                except _Closed:
+                    return  # closing while the rate limiter held these back: they stay unacknowledged
                 except Exception:
                     log.exception("storing samples from shared-memory clients failed; closing their rings")
                     for key, reader, _, _ in taken:
                         reader.mark_closed()
                         gone.add(key)
-                else:
-                    for key, reader, cid, run in taken:
-                        st = self._stats[cid]
-                        st.frames += len(run[0])
-                        st.note(len(run[0]), sum(x.nbytes for x in run))
-                        reader.consume(len(run[0]))
-                leaves = run = None  # drop the views into the rings before one can be unmapped
+                leaves = None  # drop the views into the rings before one can be unmapped
                 taken.clear()
             for key, (reader, cid) in rings:
                 if key in gone and (reader.pending() == 0 or reader.ring.closed):
@@ -530,6 +612,27 @@ class ReplayServer:
                     raise P.ProtocolError(f"bad PRIORITIES frame: {exc}") from None
             else:
                 raise P.ProtocolError(f"unexpected {P.TYPE_NAMES[ftype]} frame from a learner")
+
+
+class _Consumer:
+    """Acknowledges the next k stored samples of runs taken from several rings, ring by ring, in order."""
+
+    def __init__(self, taken, stats):
+        self.parts = [(reader, len(run[0]), sum(x.nbytes for x in run), stats[cid]) for _, reader, cid, run in taken]
+        self.i = self.off = 0
+
+    def __call__(self, k: int) -> None:
+        while k > 0:
+            reader, n, nbytes, st = self.parts[self.i]
+            d = min(k, n - self.off)
+            reader.consume(d)
+            st.note(d, nbytes * d // n)
+            if self.off == 0:
+                st.frames += n
+            self.off += d
+            k -= d
+            if self.off == n:
+                self.i, self.off = self.i + 1, 0
 
 
 def _shutdown(conn: socket.socket) -> None:

@@ -25,12 +25,18 @@ RECV_CHUNK = 1 << 22  # ... and doubles while reads fill it, up to 4 MiB
 
 @dataclass
 class Stream:
-    """Per writer-stream state that survives reconnects: the next expected sequence number."""
+    """Per writer-stream state that survives reconnects: the next expected sequence number, and
+    ``stored_seq``, the seq after the last sample in the buffer (what a checkpoint records)."""
 
     client_id: str
     next_seq: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     conn: socket.socket | None = None
+    stored_seq: int = -1
+
+    def __post_init__(self):
+        if self.stored_seq < 0:
+            self.stored_seq = self.next_seq
 
 
 @dataclass
@@ -89,7 +95,7 @@ def read_stream(server, conn: socket.socket, st: Stream, stats: ClientStats) -> 
         acked = False
         while True:
             if nrun >= max_run:
-                server._store_runs(runs, stats)
+                server._store_runs(runs, stats, st)
                 runs.clear()
                 nrun, acked = 0, True
             if left:  # inside a multi-record frame: take the whole records that are here
@@ -111,7 +117,7 @@ def read_stream(server, conn: socket.socket, st: Stream, stats: ClientStats) -> 
             ftype, _, count, seq = P.unpack_header(buf, pos)
             if ftype == P.BYE:
                 if runs:
-                    server._store_runs(runs, stats)
+                    server._store_runs(runs, stats, st)
                 if runs or acked:
                     conn.sendall(P.pack_header(P.ACK, 0, st.next_seq))
                 raise Closed()
@@ -150,7 +156,7 @@ def read_stream(server, conn: socket.socket, st: Stream, stats: ClientStats) -> 
             del frames, h, seqs
             pos += k * fsz
         if runs:
-            server._store_runs(runs, stats)
+            server._store_runs(runs, stats, st)
             runs.clear()
             acked = True
         if acked:

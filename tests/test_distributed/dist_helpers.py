@@ -29,8 +29,8 @@ class RecordingBuffer(PrioritizedReplayBuffer):
         super().__init__(*a, **kw)
         self.keys: list[np.ndarray] = []
 
-    def add(self, batch, priorities=None):
-        ids = super().add(batch, priorities)
+    def add_granted(self, batch, priorities=None):  # every store goes through it (add calls it too)
+        ids = super().add_granted(batch, priorities)
         self.keys.append(np.array(batch["action"][:, 0], copy=True))
         return ids
 

@@ -1,0 +1,77 @@
+"""The ingestion server with a rate-limited FIFO buffer and periodic checkpoints (in process)."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from dist_helpers import example, make, make_batch
+
+from echo_rl.core.replay import PrioritizedReplayBuffer, RateLimiter
+from echo_rl.distributed import LearnerClient, ReplayClient, ReplayServer
+
+
+def test_rate_limited_server_holds_writers_to_the_learners_pace():
+    lim = RateLimiter.queue(64)  # at most 64 stored and not yet drawn
+    buf = PrioritizedReplayBuffer(1 << 12, example=example(), sampler="fifo", rate_limiter=lim)
+    peak = []
+    with ReplayServer(buf) as srv:
+        def write():
+            with ReplayClient(srv.address, example(), transport="tcp", flush_bytes=256) as c:
+                for i in range(500):
+                    c.send(make(3, i))
+                assert c.flush(wait=True, timeout=30)
+
+        t = threading.Thread(target=write)
+        t.start()
+        seen = []
+        while len(seen) < 500:
+            batch = srv.sample(50, timeout=30)
+            peak.append(lim.cursor + lim.pending)
+            seen.extend(batch.data["action"][:, 0].tolist())
+        t.join(30)
+    assert seen == [3_000_000 + i for i in range(500)]  # every sample exactly once, in order
+    assert max(peak) <= 64 and lim.blocked_inserts > 0
+
+
+def test_closing_a_server_whose_writer_waits_on_the_limiter_returns_promptly():
+    lim = RateLimiter.queue(16)
+    buf = PrioritizedReplayBuffer(1 << 10, example=example(), sampler="fifo", rate_limiter=lim)
+    srv = ReplayServer(buf).start()
+    c = ReplayClient(srv.address, example(), transport="shm").connect()
+    c.send_batch(make_batch(4, 0, 100))  # 16 stored, the rest held back by the limiter
+    deadline = time.monotonic() + 10
+    while lim.inserts < 16 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    srv.close()
+    assert time.monotonic() - t0 < 5 and buf.ids_issued == 16
+    c._close_sock()
+
+
+def test_periodic_checkpoint_restores_into_a_new_server(tmp_path):
+    path = tmp_path / "ckpt.npz"
+    buf = PrioritizedReplayBuffer(1 << 10, example=example(), seed=0)
+    with ReplayServer(buf, checkpoint_path=path, checkpoint_every=0.05) as srv:
+        with ReplayClient(srv.address, example(), transport="tcp") as c:
+            c.send_batch(make_batch(5, 0, 40))
+            assert c.flush(wait=True, timeout=20)
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert path.exists()
+    buf2 = PrioritizedReplayBuffer(1 << 10, example=example(), sampler="fifo")
+    with ReplayServer(buf2, checkpoint_path=path) as srv2:  # restores at start
+        assert buf2.ids_issued == 40
+        with LearnerClient(srv2.address, example()) as learner:
+            np.testing.assert_array_equal(learner.sample(40).data["action"][:, 0], 5_000_000 + np.arange(40))
+
+
+def test_bad_checkpoint_settings_are_refused():
+    buf = PrioritizedReplayBuffer(8, example=example())
+    with pytest.raises(ValueError, match="needs checkpoint_path"):
+        ReplayServer(buf, checkpoint_every=1.0)
+    with pytest.raises(ValueError, match="checkpoint_every=0 is invalid"):
+        ReplayServer(buf, checkpoint_path="x.npz", checkpoint_every=0)
+    with pytest.raises(ValueError, match="needs a path"):
+        ReplayServer(buf).checkpoint()
