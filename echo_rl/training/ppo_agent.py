@@ -3,7 +3,7 @@
 The agent interface and the scaffolding (network, acting, rollouts,
 checkpoints) live in :mod:`echo_rl.training.actor_critic_agent`; this module
 is only PPO's learner: GAE over the fresh rollout, then ``num_epochs`` passes
-of clipped-surrogate minibatch updates.
+of clipped-surrogate minibatch updates (``ppo_update.ppo_epochs``, shared with the EchoRL agent).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from echo_rl.algorithms.gae import bootstrap_values, compute_gae
-from echo_rl.algorithms.ppo import ppo_loss
 from echo_rl.training.actor_critic_agent import ActorCriticAgent
+from echo_rl.training.ppo_update import Forward, PPOBatch, ppo_epochs
 from echo_rl.training.rollout import RolloutBuffer
 
 
@@ -28,39 +28,15 @@ class PPOAgent(ActorCriticAgent):
         return self._update(buf, advantages, returns)
 
     def _update(self, buf, advantages: np.ndarray, returns: np.ndarray) -> dict[str, float]:
-        ppo = self.ppo
         self.anneal_lr()
         flat = lambda a: torch.as_tensor(a.reshape(-1, *a.shape[2:]), device=self.device)  # noqa: E731
-        obs, actions, old_logp, old_values = flat(buf.obs), flat(buf.actions), flat(buf.logprobs), flat(buf.values)
-        adv, ret = flat(advantages), flat(returns)
-        n = obs.shape[0]
-        mb = min(ppo.batch_size, n)
-        sums = torch.zeros(6)
-        count = 0
-        stop = False
-        for _ in range(ppo.num_epochs):
-            perm = torch.as_tensor(self.np_rng.permutation(n), device=self.device)
-            for start in range(0, n, mb):
-                idx = perm[start:start + mb]
-                logits, values = self.network(obs[idx])
-                terms = ppo_loss(logits, values, actions[idx], old_logp[idx], old_values[idx], adv[idx], ret[idx],
-                                 clip_epsilon=ppo.clip_epsilon, value_loss_coef=ppo.value_loss_coef,
-                                 entropy_coef=ppo.entropy_coef, kl_coef=ppo.kl_coef, value_clip=ppo.value_clip,
-                                 normalize_advantages=ppo.normalize_advantages)
-                grad_norm = self.clipped_step(terms.loss)
-                sums += torch.stack([terms.policy_loss.detach(), terms.value_loss.detach(), terms.entropy.detach(),
-                                     terms.approx_kl, terms.clip_fraction, grad_norm])
-                count += 1
-                if ppo.target_kl is not None and terms.approx_kl.item() > ppo.target_kl:
-                    stop = True
-                    break
-            if stop:
-                break
+        obs = flat(buf.obs)
+        batch = PPOBatch(flat(buf.actions), flat(buf.logprobs), flat(buf.values), flat(advantages), flat(returns))
+        out = ppo_epochs(self.ppo, batch, self.np_rng, lambda idx, it: Forward(*self.network(obs[it])),
+                         self.clipped_step)
         self.updates += 1
-        pl, vl, ent, kl, cf, gn = (sums / count).tolist()
         var_ret = float(np.var(returns))
         explained = float("nan") if var_ret == 0 else 1.0 - float(np.var(returns - buf.values)) / var_ret
-        return {"loss/policy": pl, "loss/value": vl, "loss/entropy": ent, "loss/approx_kl": kl,
-                "loss/clip_fraction": cf, "loss/grad_norm": gn, "loss/explained_variance": explained,
-                "loss/learning_rate": self.optimizer.param_groups[0]["lr"], "loss/minibatches": float(count),
-                "loss/early_stop": float(stop)}
+        return {**out.means, "loss/explained_variance": explained,
+                "loss/learning_rate": self.optimizer.param_groups[0]["lr"], "loss/minibatches": float(out.minibatches),
+                "loss/early_stop": float(out.early_stop)}
