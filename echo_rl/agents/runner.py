@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any, Callable
 
 from echo_rl.agents.base import EpisodeResult, TextAgent
 from echo_rl.config import ConfigError
+from echo_rl.evaluation.statistics import wilson_interval
 from echo_rl.models.backbone import Backbone, Usage
 from echo_rl.models.local import ContextLengthError
 
@@ -66,17 +66,6 @@ def build_agent(agent: str, backbone: Backbone, task: str | None = None, **optio
         return ReActAgent(backbone, task=task, mode="act" if agent == "act" else "react", **options)
     except TypeError as exc:
         raise ConfigError(f"agent {agent!r}: bad option ({exc})") from None
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95% Wilson score interval of a success rate (sound at 0 and n successes)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def episode_plan(num_tasks: int | None, episodes: int, seed: int) -> list[int | None]:

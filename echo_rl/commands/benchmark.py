@@ -17,7 +17,7 @@ HELP = "run a resumable multi-seed benchmark and write its report (JSON, CSV, Ma
 _LISTS = {"tasks": "tasks", "backbones": "backbones", "baselines": "baselines"}
 _SCALARS = {"num_seeds": "num_seeds", "num_episodes": "num_episodes", "max_steps": "max_steps_per_episode",
             "timeout": "evaluation_timeout", "output_dir": "output_dir", "reps": "bootstrap_reps",
-            "device": "device", "seed_offset": "seed_offset"}
+            "device": "device", "seed_offset": "seed_offset", "concurrency": "concurrency"}
 
 
 _FREE_MAPPINGS = ("echo_rl_configs", "task_configs")
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", nargs="+", help="alfworld, webshop, cruxeval, arc, minigrid, minigrid:<EnvId> "
                                               "(space- or comma-separated)")
     p.add_argument("--baselines", "--methods", dest="baselines", nargs="+",
-                   help="methods: random, expert, react, tot, ppo, impala, echo-rl, ppo-rlhf, rlaif")
+                   help="methods: random, expert, react, act, tot, ppo, impala, echo-rl, ppo-rlhf, rlaif")
     p.add_argument("--backbones", nargs="+", help="backbones for react/tot/LM methods: tiny, gpt-4o, a local "
                                                   "checkpoint, an OpenAI-compatible URL, expert, ...")
     p.add_argument("--num-seeds", type=int, help="seeds per cell (default 3)")
@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-timesteps", type=int,
                    help="environment steps for trained methods (sets echo_rl_configs.total_timesteps)")
     p.add_argument("--device", help="torch device for trained methods (default cpu)")
+    p.add_argument("--concurrency", type=int, help="episodes a prompting method runs at once per cell (default 8)")
     p.add_argument("--output-dir", help="run directory; rerunning with the same one resumes (default runs/benchmark)")
     p.add_argument("--reps", type=int, help="bootstrap resamples (default 50000)")
     p.add_argument("--config", metavar="FILE", help="YAML BenchmarkConfig; flags given here override it")

@@ -60,6 +60,8 @@ class BenchmarkConfig(ConfigBase):
                                min=0)
     gpu_hour_usd: float = spec(2.5, help="price of one GPU-hour of cell wall time when a cell used a GPU", min=0)
     device: str = spec("cpu", help="torch device for trained methods")
+    concurrency: int = spec(8, help="episodes a prompting method runs at once in a cell (a local backbone decodes "
+                                    "them together on the execution engine)", min=1)
 
     def validate(self) -> None:
         from echo_rl.environments.registry import check_task_name
@@ -225,7 +227,7 @@ class EchoRLBenchmark:
             task_config=dict(cfg.task_configs.get(cell.task, {})),
             method_config=cfg.training_overrides(cell.method) if spec_.trainer_agent else {},
             work_dir=work_dir, deadline=time.monotonic() + cfg.evaluation_timeout, device=cfg.device,
-            fingerprint=pc.fingerprint)
+            fingerprint=pc.fingerprint, concurrency=cfg.concurrency)
         monitor = PerformanceMonitor(interval=1.0)
         monitor.start_monitoring()
         status, reason, outcome = "ok", None, None

@@ -4,7 +4,8 @@ Definitions (also in docs/evaluation.md):
 - ``success_at_1``: share of evaluation episodes won on the first attempt
   (one episode per attempt; no retries, no best-of-k).
 - ``etps``: effective tokens per second — LM tokens processed (prompt +
-  completion) per second of episode wall time; None for policies without tokens.
+  completion) per second of episode wall time (of the episode loop when
+  episodes ran concurrently); None for policies without tokens.
 - ``kv_reuse``: share of prompt tokens served from a reused KV prefix, when the
   backbone reports it.
 - ``cost_usd``: API cost reported by the backbone plus local compute priced at
@@ -47,7 +48,9 @@ def cell_metrics(outcome: CellOutcome, resources: dict[str, float], cpu_hour_usd
     tok = [e.tokens for e in eps if e.tokens is not None]
     tokens_per_episode = _mean([float(t) for t in tok]) if tok and len(tok) == len(eps) else None
     ep_time = sum(e.wall_time_s for e in eps)
-    etps = (sum(tok) / ep_time) if tokens_per_episode is not None and ep_time > 0 else None
+    # concurrent episodes overlap: tokens per second of the loop's wall time, not of the summed episode times
+    span = outcome.episodes_wall_s if outcome.episodes_wall_s is not None else ep_time
+    etps = (sum(tok) / span) if tokens_per_episode is not None and span > 0 else None
     prompt = [e for e in eps if e.prompt_tokens is not None and e.kv_reused_tokens is not None]
     total_prompt = sum(e.prompt_tokens for e in prompt)
     kv_reuse = (sum(e.kv_reused_tokens for e in prompt) / total_prompt) if total_prompt > 0 else None
@@ -78,7 +81,7 @@ def cell_metrics(outcome: CellOutcome, resources: dict[str, float], cpu_hour_usd
         "wall_time_s": wall,
         "cpu_time_s": cpu_s,
         "episode_wall_time_s": ep_time if eps else None,
-        "env_steps_per_s": (sum(e.length for e in eps) / ep_time) if eps and ep_time > 0 else None,
+        "env_steps_per_s": (sum(e.length for e in eps) / span) if eps and span > 0 else None,
         "api_cost_usd": api,
         "compute_cost_usd": compute,
         "cost_usd": cost,

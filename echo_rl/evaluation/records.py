@@ -72,6 +72,8 @@ class CellOutcome:
     api_cost_usd: float | None = None
     env_steps_trained: int | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    # wall time of the episode loop when episodes overlapped (run concurrently); None: they ran one by one
+    episodes_wall_s: float | None = None
 
 
 def fingerprint(parts: Mapping[str, Any]) -> str:

@@ -22,7 +22,7 @@ __all__ = [
     "aggregate_mean", "aggregate_median", "aggregate_iqm", "aggregate_optimality_gap",
     "aggregate_metrics", "AGGREGATE_NAMES", "probability_of_improvement", "score_distribution",
     "average_score_distribution", "stratified_bootstrap_ci", "interval_estimates",
-    "poi_interval", "performance_profile", "IntervalEstimate",
+    "poi_interval", "performance_profile", "IntervalEstimate", "wilson_interval",
 ]
 
 
@@ -183,3 +183,22 @@ def performance_profile(scores: np.ndarray, taus: Sequence[float], reps: int = 2
     """Profile over ``taus`` and its CI band ``(2, len(taus))`` under the stratified bootstrap."""
     fn = score_distribution if use_score_distribution else average_score_distribution
     return stratified_bootstrap_ci(scores, lambda s: fn(s, taus), reps, confidence, seed, chunk=2_000)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a success rate from ``n`` episodes of one run.
+
+    Used where there is one seed and the bootstrap over seeds has nothing to
+    resample; unlike a percentile bootstrap over episodes it stays informative
+    at 0/n and n/n (0 of 20 gives [0, 0.16], not [0, 0]).
+    """
+    if n == 0:
+        return (0.0, 1.0)
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes={successes} is invalid: must be in [0, n={n}]")
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, float(centre - half)), min(1.0, float(centre + half)))

@@ -1,0 +1,234 @@
+"""The built-in methods' runners, and their registration in :mod:`echo_rl.evaluation.methods`.
+
+References (random, the env's expert), prompting agents (ReAct, Act-only,
+ToT over a backbone: episodes run concurrently, a local checkpoint served by
+the execution engine) and trained methods (EchoRLTrainer in the cell's work
+directory). Imported by ``methods`` itself, so every built-in name is known
+as soon as the registry is.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from echo_rl.config import ConfigError
+from echo_rl.evaluation.methods import (CellContext, MethodSpec, MethodUnavailable, Runner, _close, _env_notes,
+                                        _make_text_env, env_config, get_method, register_method,
+                                        run_text_episodes, run_vector_episodes)
+from echo_rl.evaluation.records import NO_BACKBONE, CellOutcome, EpisodeRecord
+
+async def _run_random(ctx: CellContext) -> CellOutcome:
+    """Uniform random actions: the floor every method must beat."""
+    from echo_rl.environments.registry import minigrid_id
+
+    env_id = minigrid_id(ctx.cell.task)
+    if env_id is not None:
+        return CellOutcome(episodes=run_vector_episodes(ctx, env_id, lambda env, obs, rng: int(
+            rng.integers(env.action_space.n))))
+    env = _make_text_env(ctx)
+
+    def act(obs: str, info: dict, rng: np.random.Generator) -> str:
+        actions = info.get("admissible_actions")
+        if not actions:
+            raise MethodUnavailable(f"{ctx.cell.task} has no finite set of admissible actions, so a uniform "
+                                    f"random policy is undefined there")
+        return str(actions[int(rng.integers(len(actions)))])
+
+    try:
+        return CellOutcome(episodes=run_text_episodes(ctx, env, act), notes=_env_notes(env))
+    finally:
+        _close(env)
+
+
+async def _run_expert(ctx: CellContext) -> CellOutcome:
+    """The environment's own hand-coded expert: the reference a learned method is compared to."""
+    env = _make_text_env(ctx)
+    try:
+        if not getattr(env, "has_expert", False):
+            raise MethodUnavailable(f"the {ctx.cell.task} environment has no hand-coded expert")
+        return CellOutcome(episodes=run_text_episodes(ctx, env, lambda obs, info, rng: env.expert_action()),
+                           notes=_env_notes(env))
+    finally:
+        _close(env)
+
+
+async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
+    """ReAct / Act-only / ToT from echo_rl.agents over the cell's backbone (``expert``: the env's expert,
+    scripted), ``ctx.concurrency`` episodes at once through :func:`echo_rl.agents.runner.run_episodes`."""
+    from echo_rl.agents.engine_backbone import EngineBackbone, engine_backed
+    from echo_rl.agents.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
+    from echo_rl.models import load_backbone
+
+    model = None
+    if ctx.cell.backbone != EXPERT:  # before the env: a missing API key skips the cell without building it
+        try:
+            model = engine_backed(load_backbone(ctx.cell.backbone))
+        except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
+            raise MethodUnavailable(str(exc)) from None
+    try:
+        probe = _make_text_env(ctx)  # an env this setup cannot build skips the cell before any episode
+    except BaseException:
+        _close(model)
+        raise
+    notes = {"backbone": getattr(model, "name", ctx.cell.backbone), "concurrency": ctx.concurrency,
+             **_env_notes(probe)}
+    _close(probe)
+    task = agent_task(ctx.cell.task)
+
+    def make_agent(env: Any) -> Any:
+        return build_agent(agent, model if model is not None else expert_backbone(env), task=task,
+                           **ctx.method_config)
+
+    jobs = [EpisodeJob(i, ctx.episode_seed(i)) for i in range(ctx.num_episodes)]
+    t0 = time.perf_counter()
+    try:
+        results = await run_episodes(jobs, lambda: _make_text_env(ctx), make_agent, max_steps=ctx.max_steps,
+                                     concurrency=ctx.concurrency, before_each=ctx.check_deadline)
+        loop_s = time.perf_counter() - t0
+        if isinstance(model, EngineBackbone):
+            engine = model.snapshot()
+            notes["engine"] = {k: engine[k] for k in ("kv_reuse_rate", "etps", "generated_tokens", "prompt_tokens",
+                                                      "sequences_per_step") if k in engine}
+    finally:
+        _close(model)
+    episodes = [EpisodeRecord(success=bool(r.success), reward=float(r.reward), length=int(r.steps),
+                              wall_time_s=r.seconds, seed=r.seed, tokens=r.usage.total_tokens,
+                              prompt_tokens=r.usage.prompt_tokens, cost_usd=r.usage.cost) for r in results]
+    errors = [r.error for r in results if r.error]
+    if errors:
+        notes["episode_errors"] = errors[:5]
+        notes["num_episode_errors"] = len(errors)
+    return CellOutcome(episodes=episodes, notes=notes, episodes_wall_s=loop_s if ctx.concurrency > 1 else None)
+
+
+# task names the agents have prompts for (a MiniGrid id is MiniGrid's)
+_TEXT_AGENT_TASKS = ("alfworld", "webshop", "cruxeval", "arc", "minigrid")
+
+
+def agent_task(task: str) -> str | None:
+    """The prompt family of a task name: ``minigrid:<Id>`` is ``minigrid``; unknown (registered) tasks None."""
+    from echo_rl.environments.registry import minigrid_id
+
+    if minigrid_id(task) is not None:
+        return "minigrid"
+    return task if task in _TEXT_AGENT_TASKS else None
+
+
+def _prompting(agent: str) -> Runner:
+    async def run(ctx: CellContext) -> CellOutcome:
+        return await _run_prompting(ctx, agent)
+
+    return run
+
+
+async def _run_trained(ctx: CellContext) -> CellOutcome:
+    """Train with EchoRLTrainer in the cell's work dir, then take the trainer's final evaluation.
+
+    A cell killed mid-training resumes from the trainer's last checkpoint when
+    its work dir was made by the same settings (a fingerprint file says so).
+    """
+    import shutil
+
+    from echo_rl.training.trainer import EchoRLTrainer
+
+    overrides = dict(ctx.method_config)
+    config = get_method(ctx.cell.method).training_config(
+        ctx.cell.task, ctx.cell.backbone, overrides, seed=ctx.cell.seed, device=ctx.device,
+        evaluation_episodes=ctx.num_episodes, env_config=env_config(ctx))
+    if "evaluation_frequency" not in overrides:  # a few points for the learning curve
+        config = config.replace(evaluation_frequency=max(config.total_timesteps // 5, 1))
+    run_dir = ctx.work_dir / "train"
+    stamp = ctx.work_dir / "fingerprint"
+    resume = False
+    if run_dir.exists():
+        if stamp.is_file() and stamp.read_text() == ctx.fingerprint and any(run_dir.rglob("state.pt")):
+            resume = True
+        else:
+            shutil.rmtree(run_dir)
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(ctx.fingerprint)
+    try:
+        trainer = EchoRLTrainer(config, run_dir=run_dir, resume=resume, show_progress=False)
+    except ConfigError as exc:  # e.g. text-task training before the LM trainer supports it
+        if "not implemented" in str(exc) or "not supported" in str(exc):
+            raise MethodUnavailable(str(exc)) from None
+        raise
+    metrics = await trainer.train()
+    if metrics.interrupted:
+        raise KeyboardInterrupt  # Ctrl-C: the trainer checkpointed; the benchmark stops and resumes later
+    results = dict(metrics.evaluation_results or {})
+    if "success_rate" not in results:
+        raise RuntimeError(f"trainer returned no evaluation_results['success_rate'] (got {sorted(results)})")
+    curve = [{"step": float(h["step"]), "success_rate": float(h["success_rate"])}
+             for h in metrics.history if h.get("success_rate") is not None]
+    return CellOutcome(
+        success_rate=float(results["success_rate"]),
+        mean_reward=_first(results, "avg_reward", "mean_return", "mean_reward"),
+        mean_length=_first(results, "avg_length", "mean_length", "episode_length"),
+        num_episodes=int(results.get("episodes", ctx.num_episodes)),
+        learning_curve=curve,
+        env_steps_trained=int(metrics.total_timesteps),
+        notes={"evaluation_results": {k: v for k, v in results.items() if isinstance(v, (int, float))},
+               "train_run_dir": str(metrics.run_dir), "resumed_training": resume},
+    )
+
+
+def _first(d: dict, *keys: str) -> float | None:
+    for k in keys:
+        if d.get(k) is not None:
+            return float(d[k])
+    return None
+
+
+def _trained(agent: str) -> Runner:
+    """The runner of a trained method (``agent`` is its trainer agent; the cell's method spec adds the rest)."""
+    async def run(ctx: CellContext) -> CellOutcome:
+        return await _run_trained(ctx)
+
+    return run
+
+
+def _lm_objective(objective: str, judged: bool = False) -> Callable[[str, str], dict[str, Any]]:
+    """TrainingConfig fields of an LM baseline: its objective, and for RLAIF the judge (the cell's own
+    backbone judges its episodes unless echo_rl_configs names another judge_backbone)."""
+    def defaults(task: str, backbone: str) -> dict[str, Any]:
+        lm: dict[str, Any] = {"objective": objective}
+        if judged:
+            lm.update(reward="rlaif", judge_backbone=None if backbone == NO_BACKBONE else backbone)
+        return {"lm_config": lm}
+
+    return defaults
+
+
+for _spec in (
+    MethodSpec("random", "reference", "uniform random over admissible actions / the action space", _run_random,
+               ("text", "vector")),
+    MethodSpec("expert", "reference", "the environment's hand-coded expert", _run_expert, ("text",),
+               origin="issue 5: text environments"),
+    MethodSpec("react", "prompting", "ReAct (Yao et al. 2023) over a backbone", _prompting("react"), ("text",),
+               needs_backbone=True, requires=("echo_rl.agents.react",), origin="issue 6: prompting baselines"),
+    MethodSpec("act", "prompting", "Act-only (ReAct's ablation without thoughts) over a backbone",
+               _prompting("act"), ("text",), needs_backbone=True, requires=("echo_rl.agents.react",),
+               origin="issue 6: prompting baselines"),
+    MethodSpec("tot", "prompting", "Tree of Thoughts (Yao et al. 2023) over a backbone", _prompting("tot"),
+               ("text",), needs_backbone=True, requires=("echo_rl.agents.tot",),
+               origin="issue 6: prompting baselines"),
+    MethodSpec("ppo", "trained", "PPO trained by EchoRLTrainer", _trained("ppo"), ("vector",),
+               trainer_agent="ppo", origin="issue 2: trainer"),
+    MethodSpec("impala", "trained", "IMPALA (V-trace) trained by EchoRLTrainer", _trained("impala"), ("vector",),
+               trainer_agent="impala", origin="issue 4: IMPALA"),
+    MethodSpec("echo-rl", "trained", "the EchoRL agent trained by EchoRLTrainer (LM agent on text tasks)",
+               _trained("echo-rl"), ("text", "vector"), trainer_agent="echo-rl", lm_on_text=True,
+               origin="issues 4 and 8: EchoRL agents"),
+    MethodSpec("ppo-rlhf", "trained", "PPO-RLHF language-model agent (value head + GAE on the env reward) "
+               "trained by EchoRLTrainer", _trained("ppo"), ("text",), needs_backbone=True, trainer_agent="ppo",
+               origin="issue 8: LM trainer", training_defaults=_lm_objective("ppo-rlhf")),
+    MethodSpec("rlaif", "trained", "RLAIF language-model agent (PPO on an AI judge's score; the judge is the "
+               "cell's backbone unless lm_config.judge_backbone says otherwise) trained by EchoRLTrainer",
+               _trained("ppo"), ("text",), needs_backbone=True, trainer_agent="ppo", origin="issue 8: LM trainer",
+               training_defaults=_lm_objective("ppo-rlhf", judged=True)),
+):
+    register_method(_spec)
