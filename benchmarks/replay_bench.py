@@ -6,11 +6,15 @@ indices + importance weights), update_priorities(256) with fresh random indices.
 cpprb ``PrioritizedReplayBuffer``, TorchRL ``PrioritizedReplayBuffer`` + ``LazyTensorStorage``
 (torch pinned to 1 thread), and a plain numpy uniform ring (the floor for Python-level APIs).
 
-Protocol: inputs pre-generated; fill untimed; each metric runs >= --min-time seconds; each
-library runs in its own fresh process; --reps repetitions with the library order rotated;
-medians, and ratios taken per repetition (same rep, same load) before the median.
+Protocol (interleaved, so every ratio compares libraries under the same load): each repetition
+starts one fresh process per library, all filled (untimed) and all alive at once; each process
+then warms up every metric (``--warmup`` s each); then, metric by metric, the libraries take
+turns running short slices (``--slice`` s each) in the order A B C ... C B A, ``--slices`` turns
+in all, while the others wait idle. A library's rate in a repetition is its calls over its time
+summed across its slices; ratios are taken per repetition, and the summary gives their median
+and spread (min–max over repetitions). Inputs are pre-generated.
 
-    python benchmarks/replay_bench.py [--reps 5] [--min-time 0.5] [--json out.json]
+    python benchmarks/replay_bench.py [--reps 5] [--slices 4] [--slice 0.25] [--json out.json]
 
 Needs the bench-only packages ``cpprb`` and ``torchrl`` (``pip install cpprb torchrl``); a library
 that cannot be imported or built is reported as such and left out of the ratios. TorchRL 0.14.1's
@@ -56,23 +60,22 @@ def make_data(seed: int = 0):
     return data, idx_u, prios
 
 
-def timed(fn, min_time: float) -> float:
-    """Calls per second of fn(i), running at least min_time seconds (after one warm-up call)."""
-    fn(0)
-    n, chunk = 0, 16
+def timed(fn, min_time: float, start_i: int = 0) -> tuple[int, float]:
+    """(calls, seconds) of fn(i) run for at least min_time seconds."""
+    n, chunk = 0, 8
     start = time.perf_counter()
     while True:
-        for i in range(n, n + chunk):
+        for i in range(start_i + n, start_i + n + chunk):
             fn(i)
         n += chunk
         elapsed = time.perf_counter() - start
         if elapsed >= min_time:
-            return n / elapsed
-        chunk = min(chunk * 2, 1 << 16)
+            return n, elapsed
+        chunk = min(chunk * 2, 1 << 12)
 
 
 # --------------------------------------------------------------------------- libraries
-def run_numpy_ring(data, idx_u, prios, min_time):
+def run_numpy_ring(data, idx_u, prios):
     store = {k: np.zeros((CAPACITY, *v.shape[1:]), v.dtype) for k, v in data.items()}
     pos = [0]
     batch = {k: v[:BATCH_ADD] for k, v in data.items()}
@@ -102,11 +105,10 @@ def run_numpy_ring(data, idx_u, prios, min_time):
         idx = rng.integers(0, CAPACITY, SAMPLE)
         return {k: v[idx] for k, v in store.items()}, idx
 
-    return {"add_1": timed(add1, min_time), "add_1024": timed(add_batch, min_time) * BATCH_ADD,
-            "sample_256": timed(sample, min_time), "update_256": None}
+    return {"add_1": add1, "add_1024": add_batch, "sample_256": sample}, {}
 
 
-def run_echo(data, idx_u, prios, min_time):
+def run_echo(data, idx_u, prios):
     from echo_rl.core.prioritized_replay import PrioritizedReplayBuffer
 
     example = {k: v[0] for k, v in data.items()}
@@ -115,17 +117,20 @@ def run_echo(data, idx_u, prios, min_time):
     for _ in range(CAPACITY // BATCH_ADD + 1):
         buf.add(batch)
     singles = [{k: v[i] for k, v in data.items()} for i in range(N_SINGLE)]
-    out = {"add_1": timed(lambda i: buf.add_one(singles[i & (N_SINGLE - 1)]), min_time),
-           "add_1024": timed(lambda i: buf.add(batch), min_time) * BATCH_ADD,
-           "sample_256": timed(lambda i: buf.sample(SAMPLE), min_time)}
-    first = buf.ids_issued - CAPACITY  # live ids are [first, ids_issued)
-    ids = (first + (idx_u * CAPACITY).astype(np.int64)).astype(np.int64)
-    out["update_256"] = timed(lambda i: buf.update_priorities(ids[i % N_IDX], prios[i % N_IDX]), min_time)
-    out["_native"] = buf.native
-    return out
+
+    offs = (idx_u * CAPACITY).astype(np.int64)
+    live = [-1, None]  # ids_issued -> the pre-generated index sets as live ids
+
+    def update(i):  # fresh random live ids (live ids are [ids_issued - CAPACITY, ids_issued))
+        if live[0] != buf.ids_issued:
+            live[0], live[1] = buf.ids_issued, buf.ids_issued - CAPACITY + offs
+        buf.update_priorities(live[1][i % N_IDX], prios[i % N_IDX])
+
+    return {"add_1": lambda i: buf.add_one(singles[i & (N_SINGLE - 1)]), "add_1024": lambda i: buf.add(batch),
+            "sample_256": lambda i: buf.sample(SAMPLE), "update_256": update}, {"_native": buf.native}
 
 
-def run_cpprb(data, idx_u, prios, min_time):
+def run_cpprb(data, idx_u, prios):
     import cpprb
 
     env = {"obs": {"shape": D, "dtype": np.float32}, "act": {"shape": 1, "dtype": np.int64},
@@ -138,10 +143,9 @@ def run_cpprb(data, idx_u, prios, min_time):
     singles = [{"obs": data["obs"][i], "act": data["action"][i], "rew": data["reward"][i],
                 "done": data["done"][i]} for i in range(N_SINGLE)]
     ids = (idx_u * CAPACITY).astype(np.int64)
-    return {"add_1": timed(lambda i: rb.add(**singles[i & (N_SINGLE - 1)]), min_time),
-            "add_1024": timed(lambda i: rb.add(**batch), min_time) * BATCH_ADD,
-            "sample_256": timed(lambda i: rb.sample(SAMPLE, beta=0.4), min_time),
-            "update_256": timed(lambda i: rb.update_priorities(ids[i % N_IDX], prios[i % N_IDX]), min_time)}
+    return {"add_1": lambda i: rb.add(**singles[i & (N_SINGLE - 1)]), "add_1024": lambda i: rb.add(**batch),
+            "sample_256": lambda i: rb.sample(SAMPLE, beta=0.4),
+            "update_256": lambda i: rb.update_priorities(ids[i % N_IDX], prios[i % N_IDX])}, {}
 
 
 TORCHRL_NOTE = ""
@@ -182,7 +186,7 @@ def load_torchrl_extension(build_dir: str) -> str:
             f"{torch.__version__} with -O3")
 
 
-def run_torchrl(data, idx_u, prios, min_time):
+def run_torchrl(data, idx_u, prios):
     import torch
 
     torch.set_num_threads(1)
@@ -200,39 +204,111 @@ def run_torchrl(data, idx_u, prios, min_time):
     singles = [TensorDict({k: v[i] for k, v in tdata.items()}, batch_size=[]) for i in range(n_single)]
     ids = [torch.from_numpy((idx_u[j] * CAPACITY).astype(np.int64)) for j in range(N_IDX)]
     tpr = [torch.from_numpy(prios[j].astype(np.float32)) for j in range(N_IDX)]  # its trees are fp32
-    return {"add_1": timed(lambda i: rb.add(singles[i % n_single]), min_time),
-            "add_1024": timed(lambda i: rb.extend(batch), min_time) * BATCH_ADD,
-            "sample_256": timed(lambda i: rb.sample(SAMPLE), min_time),
-            "update_256": timed(lambda i: rb.update_priority(ids[i % N_IDX], tpr[i % N_IDX]), min_time),
-            "_note": TORCHRL_NOTE}
+    return {"add_1": lambda i: rb.add(singles[i % n_single]), "add_1024": lambda i: rb.extend(batch),
+            "sample_256": lambda i: rb.sample(SAMPLE),
+            "update_256": lambda i: rb.update_priority(ids[i % N_IDX], tpr[i % N_IDX])}, {"_note": TORCHRL_NOTE}
 
 
 RUNNERS = {"numpy_ring": run_numpy_ring, "echo_rl": run_echo, "echo_rl_numpy": run_echo,
            "cpprb": run_cpprb, "torchrl": run_torchrl}
 
 
-def worker(lib: str, min_time: float) -> None:
+def worker(lib: str) -> None:
+    """One library's process: build and fill, say READY (or why not), then run the slices asked on stdin."""
     data, idx_u, prios = make_data()
     try:
-        res = RUNNERS[lib](data, idx_u, prios, min_time)
+        fns, info = RUNNERS[lib](data, idx_u, prios)
     except Exception as exc:  # report why the library could not run; the parent leaves it out
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        res = {"error": f"{type(exc).__name__}: {msg[:300]}"}
-    print("RESULT " + json.dumps(res))
+        print("ERROR " + json.dumps(f"{type(exc).__name__}: {msg[:300]}"), flush=True)
+        return
+    print("READY " + json.dumps(info), flush=True)
+    pos = dict.fromkeys(fns, 0)  # keep cycling the pre-generated inputs across slices
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        m = cmd["metric"]
+        if m not in fns:
+            print("SLICE " + json.dumps(None), flush=True)
+            continue
+        calls, secs = timed(fns[m], cmd["seconds"], pos[m])
+        pos[m] += calls
+        print("SLICE " + json.dumps([calls * (BATCH_ADD if m == "add_1024" else 1), secs]), flush=True)
 
 
 # --------------------------------------------------------------------------- driver
-def run_one(lib: str, min_time: float) -> dict:
-    env = dict(os.environ)
-    if lib == "echo_rl_numpy":
-        env["ECHO_RL_DISABLE_NATIVE"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run([sys.executable, __file__, "--worker", lib, "--min-time", str(min_time)],
-                          capture_output=True, text=True, env=env)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": f"worker exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] }"}
+class Worker:
+    def __init__(self, lib: str):
+        env = dict(os.environ)
+        if lib == "echo_rl_numpy":
+            env["ECHO_RL_DISABLE_NATIVE"] = "1"
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.lib = lib
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", lib], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def ready(self) -> tuple[dict | None, str | None]:
+        for line in self.proc.stdout:
+            if line.startswith("READY "):
+                return json.loads(line[6:]), None
+            if line.startswith("ERROR "):
+                return None, json.loads(line[6:])
+        tail = self.proc.stderr.read().strip().splitlines()[-1:]
+        return None, f"worker exited {self.proc.wait()}: {tail}"
+
+    def run(self, metric: str, seconds: float):
+        self.proc.stdin.write(json.dumps({"metric": metric, "seconds": seconds}) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("SLICE "):
+                return json.loads(line[6:])
+        raise RuntimeError(f"{self.lib} worker died: {self.proc.stderr.read()[-500:]}")
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_rep(libs, errors, args) -> dict[str, dict]:
+    """One repetition: fresh processes for every library, warm-up, then ABC..CBA slices per metric."""
+    workers = [Worker(lib) for lib in libs if lib not in errors]
+    live, infos = [], {}
+    for w in workers:
+        info, err = w.ready()
+        if err:
+            errors[w.lib] = err
+            print(f"  {w.lib}: could not run: {err}", flush=True)
+            w.close()
+        else:
+            live.append(w)
+            infos[w.lib] = info
+    out = {w.lib: dict(infos[w.lib]) for w in live}
+    try:
+        for w in live:  # warm-up for all, every metric
+            for m in METRICS:
+                w.run(m, args.warmup)
+        for m in METRICS:
+            tot = {w.lib: [0, 0.0] for w in live}
+            for turn in range(args.slices):
+                for w in (live if turn % 2 == 0 else live[::-1]):
+                    r = w.run(m, args.slice)
+                    if r is None:
+                        tot[w.lib] = None
+                    elif tot[w.lib] is not None:
+                        tot[w.lib][0] += r[0]
+                        tot[w.lib][1] += r[1]
+            for lib, t in tot.items():
+                out[lib][m] = None if t is None else t[0] / t[1]
+    finally:
+        for w in live:
+            w.close()
+    return out
 
 
 def fmt(v: float | None) -> str:
@@ -247,47 +323,48 @@ def fmt(v: float | None) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--reps", type=int, default=5, help="repetitions, each with fresh processes")
+    ap.add_argument("--slices", type=int, default=4, help="turns per metric per repetition (ABC..CBA)")
+    ap.add_argument("--slice", type=float, default=0.25, help="seconds per turn")
+    ap.add_argument("--warmup", type=float, default=0.2, help="seconds of warm-up per metric per process")
     ap.add_argument("--libs", default=",".join(LIBS), help=f"comma list from {LIBS}")
     ap.add_argument("--json", default=None, help="write all per-rep results here")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.min_time)
+        worker(args.worker)
         return 0
     libs = [x for x in args.libs.split(",") if x]
     for x in libs:
         if x not in LIBS:
             ap.error(f"--libs: unknown library {x!r}; allowed: {', '.join(LIBS)}")
-    if args.reps < 1 or args.min_time <= 0:
-        ap.error("--reps must be >= 1 and --min-time > 0")
+    if args.reps < 1 or args.slices < 1 or args.slice <= 0 or args.warmup < 0:
+        ap.error("--reps and --slices must be >= 1, --slice > 0 and --warmup >= 0")
 
     print(f"# replay_bench: D={D}, capacity={CAPACITY:,}, python {platform.python_version()}, "
-          f"numpy {np.__version__}, {os.cpu_count()} CPUs, load avg at start {os.getloadavg()}")
+          f"numpy {np.__version__}, {os.cpu_count()} CPUs, load avg at start {os.getloadavg()}; "
+          f"interleaved: {args.slices} x {args.slice}s turns per metric per rep")
     runs: dict[str, list[dict]] = {lib: [] for lib in libs}
     errors: dict[str, str] = {}
     for rep in range(args.reps):
-        order = libs[rep % len(libs):] + libs[: rep % len(libs)]
-        for lib in order:
-            if lib in errors:
-                continue
-            res = run_one(lib, args.min_time)
-            if "error" in res:
-                errors[lib] = res["error"]
-                print(f"  {lib}: could not run: {res['error']}", flush=True)
-                continue
-            res["load"] = os.getloadavg()[0]
-            runs[lib].append(res)
-            print(f"  rep {rep} {lib}: " + ", ".join(f"{m} {fmt(res.get(m))}" for m in METRICS), flush=True)
+        order = libs if rep % 2 == 0 else libs[::-1]
+        res = run_rep(order, errors, args)
+        load = os.getloadavg()[0]
+        for lib, r in res.items():
+            r["load"] = load
+            runs[lib].append(r)
+            print(f"  rep {rep} {lib}: " + ", ".join(f"{m} {fmt(r.get(m))}" for m in METRICS) + f" (load1 {load:.1f})",
+                  flush=True)
 
     def med(lib, m):
         vals = [r[m] for r in runs.get(lib, []) if r.get(m) is not None]
         return statistics.median(vals) if vals else None
 
+    def ratios(lib, base, m):  # per repetition: both ran in the same rep, interleaved
+        return [a[m] / b[m] for a, b in zip(runs.get(lib, []), runs.get(base, [])) if a.get(m) and b.get(m)]
+
     def ratio(lib, base, m):
-        vals = [a[m] / b[m] for a, b in zip(runs.get(lib, []), runs.get(base, []))
-                if a.get(m) and b.get(m)]
+        vals = ratios(lib, base, m)
         return statistics.median(vals) if vals else None
 
     print("\n## medians (per second; add columns in transitions/s, sample/update in calls/s)")
@@ -305,8 +382,10 @@ def main(argv=None) -> int:
             continue
         rs = {m: ratio("echo_rl", base, m) for m in METRICS}
         summary["ratios"][base] = rs
-        print(f"\necho_rl / {base} (median of per-rep ratios): " +
-              ", ".join(f"{m} {rs[m]:.2f}x" for m in METRICS if rs[m] is not None))
+        summary.setdefault("per_rep", {})[base] = {m: ratios("echo_rl", base, m) for m in METRICS}
+        print(f"\necho_rl / {base}, median of per-rep ratios (min-max): " + ", ".join(
+            f"{m} {rs[m]:.2f}x ({min(v):.2f}-{max(v):.2f})" for m in METRICS
+            if rs[m] is not None for v in [ratios("echo_rl", base, m)]))
     if "cpprb" in summary["ratios"]:
         print("\n## goals")
         for m, goal in GOALS.items():
