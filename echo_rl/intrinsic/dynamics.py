@@ -3,8 +3,9 @@
 The inverse model (predict a_t from phi(s_t), phi(s_t+1)) makes phi keep only
 what the agent can affect (Pathak et al. 2017). ICM and RIDE add a forward
 model (predict phi(s_t+1) from phi(s_t), a_t) and mix the two losses as
-``(1 - fw) * L_inverse + fw * L_forward`` (ICM's beta = 0.2). The forward
-target phi(s_t+1) is detached so the forward loss cannot shrink phi to zero.
+``(1 - fw) * L_inverse + fw * L_forward`` (ICM's beta = 0.2). As in ICM's
+reference code, the forward loss also trains phi (no stop-gradient on
+phi(s_t+1)); the larger inverse weight keeps phi from collapsing to zero.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class DynamicsEmbedding:
         out = {"inverse": inverse_loss(self.inverse(phi, phi_next), actions, self.discrete)}
         if self.forward is not None:
             pred = self.forward(phi, actions)
-            out["forward"] = 0.5 * (pred - phi_next.detach()).pow(2).sum(-1).mean()
+            out["forward"] = 0.5 * (pred - phi_next).pow(2).sum(-1).mean()
             out["total"] = (1 - self.forward_weight) * out["inverse"] + self.forward_weight * out["forward"]
         else:
             out["total"] = out["inverse"]

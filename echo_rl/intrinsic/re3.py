@@ -23,7 +23,7 @@ from echo_rl.intrinsic.networks import encode, make_encoder
 def knn_distance(y: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
     """Euclidean distance from each row of y (B, D) to its k-th nearest other row (B,)."""
     if not 1 <= k < y.shape[0]:
-        raise ValueError(f"k={k} needs at least k + 1 states; the rollout has {y.shape[0]}")
+        raise ValueError(f"k={k} needs at least {k + 1} states; the rollout has {y.shape[0]}")
     out = []
     for start in range(0, y.shape[0], chunk):
         d = torch.cdist(y[start:start + chunk], y)
