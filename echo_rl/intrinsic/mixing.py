@@ -57,10 +57,11 @@ class IntrinsicMixer:
                  else np.asarray(intrinsic, dtype=np.float64))
         if ext.ndim != 2 or bonus.shape != ext.shape:
             raise ValueError(f"extrinsic {ext.shape} and intrinsic {bonus.shape} must both be (T, N)")
+        weight = self.weight(global_step)  # checked before any statistic moves
         if self.normalize:
             bonus = self.normalise(bonus)
         dtype = ext.dtype if np.issubdtype(ext.dtype, np.floating) else np.float32
-        return (ext + self.weight(global_step) * bonus).astype(dtype)
+        return (ext + weight * bonus).astype(dtype)
 
     def state_dict(self) -> dict:
         """The mixer's running statistics and, under 'module', the reward module's state: one entry to save."""
