@@ -35,11 +35,28 @@ from echo_rl.environments.registry import gym_task
 ATARI_EXTRA = "pip install 'echo-rl[atari]'"
 
 
-class Snapshotting(gym.Wrapper):
+class Snapshotting(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Adds ``snapshot()``: the whole env pickled (how checkpoints carry envs without a plain-data form)."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
 
     def snapshot(self) -> dict:
         return {"format": "pickle", "blob": pickle.dumps(self, pickle.HIGHEST_PROTOCOL)}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        clone = getattr(self.env.unwrapped, "clone_state", None)  # ALE: its own pickle leaves out the emulator RNG
+        if clone is not None:
+            state["_ale_state"] = clone(include_rng=True)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        ale_state = state.pop("_ale_state", None)
+        self.__dict__.update(state)
+        if ale_state is not None:
+            self.env.unwrapped.restore_state(ale_state)
 
 
 def _make(env_id: str, **kwargs) -> gym.Env:
@@ -104,7 +121,8 @@ def make_gym_vector_env(task: str, num_envs: int, asynchronous: bool = False, **
     """``num_envs`` copies of a gymnasium task, vectorised like MiniGrid's (``minigrid_vector.make_vector_env``)."""
     from echo_rl.environments.minigrid_vector import _vector_env
 
-    make_gym_env(task, **env_kwargs).close()  # a bad task or env_config fails here in one line, not in a worker
+    if asynchronous:  # a bad task or env_config fails here in one line, not in a worker process
+        make_gym_env(task, **env_kwargs).close()
     factory = functools.partial(make_gym_env, task, **env_kwargs)
     return _vector_env([factory] * num_envs, asynchronous)
 

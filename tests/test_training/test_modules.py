@@ -21,7 +21,8 @@ from echo_rl.training.agents import build_agent
 from echo_rl.training.rollout import RolloutBuffer
 
 SMALL = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", total_timesteps=256, num_actors=2, batch_size=32,
-             evaluation_episodes=2, evaluation_frequency=0, save_frequency=0, env_config={"max_steps": 16})
+             evaluation_episodes=2, evaluation_frequency=0, save_frequency=0, env_config={"max_steps": 16},
+             loggers=[])
 PIXELS = dict(SMALL, env_name="minigrid-pixels:MiniGrid-Empty-5x5-v0")
 CPU = torch.device("cpu")
 AGENTS = ["ppo", "impala"]
