@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Extras the test suite exercises. alfworld builds fast-downward from source
 # (cmake + g++, ~5 min the first time; pip caches the wheel afterwards).
-TEST_EXTRAS ?= llm,api,serve,eval,webshop,alfworld,distributed,models,tracking,export,lora,dev
+TEST_EXTRAS ?= llm,api,serve,eval,webshop,alfworld,distributed,models,tracking,export,lora,atari,dev
 PYTEST_ARGS ?=
 # fast-downward's build calls a bare `python`: the venv must come first on PATH.
 VENV_PATH := PATH="$(abspath $(VENV))/bin:$$PATH"
