@@ -43,12 +43,16 @@ class E3B(IntrinsicBase):
         self.cov_inv[envs] = torch.eye(self.latent_dim, device=self.device) / self.ridge
         self.fresh[envs] = True
 
-    def _observe(self, phi: torch.Tensor, envs: torch.Tensor) -> torch.Tensor:
-        """Bonus of phi (len(envs), d) for those envs, then add phi to their covariance (Sherman-Morrison)."""
-        c = self.cov_inv[envs]
-        u = torch.bmm(c, phi.unsqueeze(-1)).squeeze(-1)
-        b = (phi * u).sum(-1)
-        self.cov_inv[envs] = c - torch.einsum("ni,nj->nij", u, u) / (1.0 + b)[:, None, None]
+    def _observe(self, phi: torch.Tensor, envs: torch.Tensor | None = None) -> torch.Tensor:
+        """Bonus of phi (n, d) for ``envs`` (all when None), then add phi to their covariance (Sherman-Morrison)."""
+        c = self.cov_inv if envs is None else self.cov_inv[envs]
+        u = torch.bmm(c, phi.unsqueeze(-1))  # (n, d, 1)
+        b = (phi * u.squeeze(-1)).sum(-1)
+        c_new = c - (u * u.transpose(1, 2)) / (1.0 + b)[:, None, None]
+        if envs is None:
+            self.cov_inv = c_new
+        else:
+            self.cov_inv[envs] = c_new
         return b
 
     @torch.no_grad()
@@ -62,14 +66,13 @@ class E3B(IntrinsicBase):
             self.fresh = torch.ones(n, dtype=torch.bool, device=self.device)
             self._reset(torch.arange(n, device=self.device))
         phi, phi_next = self.dynamics.embed(obs), self.dynamics.embed(next_obs)
-        everyone = torch.arange(n, device=self.device)
         bonus = torch.zeros(t_len, n, device=self.device)
         for t in range(t_len):
             if self.fresh.any():
                 first = self.fresh.nonzero().squeeze(-1)
                 self._observe(phi[t, first], first)
                 self.fresh[first] = False
-            bonus[t] = self._observe(phi_next[t], everyone)
+            bonus[t] = self._observe(phi_next[t])
             if dones[t].any():
                 self._reset(dones[t].nonzero().squeeze(-1))
         return bonus.float()

@@ -81,10 +81,11 @@ class NGU(IntrinsicBase):
     def _episodic(self, f: torch.Tensor) -> torch.Tensor:
         """r_episodic for each env's query f (N, d) against its memory; updates the running d_m^2."""
         filled = self.memory_size.clamp(max=self.capacity)
-        d2 = (self.memory - f[:, None]).pow(2).sum(-1)  # (N, capacity)
-        valid = torch.arange(self.capacity, device=self.device)[None] < filled[:, None]
+        width = int(filled.max())  # only the slots some env has written
+        d2 = (self.memory[:, :width] - f[:, None]).pow(2).sum(-1)  # (N, width)
+        valid = torch.arange(width, device=self.device)[None] < filled[:, None]
         d2 = d2.masked_fill(~valid, float("inf"))
-        k = min(self.k, int(filled.max()))
+        k = min(self.k, width)
         knn = d2.topk(k, dim=1, largest=False).values
         ok = torch.isfinite(knn)
         self.dm2_sum += float(knn[ok].sum())
