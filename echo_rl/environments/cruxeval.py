@@ -29,16 +29,29 @@ from __future__ import annotations
 
 import ast
 import copy
+import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from echo_rl.config import ConfigBase, spec
+from echo_rl.config import ConfigBase, ConfigError, spec
 from echo_rl.environments import registry
 from echo_rl.environments.base import (Segment, StepOutcome, TextEnvironment, data_dir_spec, env_output,
                                        make_config, max_steps_spec, resolve_data_dir, warning)
 from echo_rl.environments.sandbox import ExecResult, SandboxPool, bwrap_command, shared_pool
+
+SPLITS = ("all", "train", "test")
+TEST_PERCENT = 20  # share of samples in the test split
+
+
+def in_split(sample_id: str, split: str) -> bool:
+    """Membership by a hash of the sample id: fixed across machines, file orders and filters."""
+    if split == "all":
+        return True
+    bucket = int(hashlib.sha256(sample_id.encode()).hexdigest(), 16) % 100
+    return (bucket < TEST_PERCENT) == (split == "test")
+
 
 HOW_TO_GET = ("get cruxeval.jsonl from https://github.com/facebookresearch/cruxeval (data/cruxeval.jsonl) "
               "into <data_dir>/cruxeval.jsonl")
@@ -51,6 +64,9 @@ class CRUXEvalConfig(ConfigBase):
     task: str = spec("output", help="output: predict f(input) (CRUXEval-O); input: predict an input (CRUXEval-I)",
                      choices=("output", "input"))
     language: str = spec("python", help="language of the functions (CRUXEval is Python only)", choices=("python",))
+    split: str = spec("all", help="all: the 800 samples (the benchmark); train / test: a fixed 80/20 partition by "
+                      "sample id, so an agent trained on CRUXEval is evaluated on functions it never saw",
+                      choices=SPLITS)
     max_code_length: int | None = spec(None, help="keep samples whose code has at most this many characters "
                                        "(None: all 800)")
     attempts: int = spec(1, help="answers per episode: 1 is the benchmark; k > 1 the multi-turn variant with "
@@ -260,7 +276,11 @@ class CRUXEvalEnvironment(TextEnvironment):
         config = make_config(CRUXEvalConfig, config, overrides)
         super().__init__(config, render_mode)
         limit = config.max_code_length
-        self.samples = [s for s in load_samples(config.data_dir) if limit is None or len(s["code"]) <= limit]
+        self.samples = [s for s in load_samples(config.data_dir)
+                        if (limit is None or len(s["code"]) <= limit) and in_split(s["id"], config.split)]
+        if not self.samples:
+            raise ConfigError(f"CRUXEval split={config.split!r} with max_code_length={limit} leaves no samples: "
+                              "raise max_code_length or use split='all'")
         self._pool = pool
         self._tries = 0
         if config.task == "input" and pool is None:

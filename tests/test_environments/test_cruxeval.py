@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+from echo_rl.config import ConfigError
+
 from echo_rl.environments.cruxeval import (CRUXEvalConfig, CRUXEvalEnvironment, extract_answer, load_samples,
                                            reference_answer, score_answers)
 from echo_rl.environments.sandbox import SandboxPool
@@ -129,3 +131,15 @@ def test_input_task_refuses_to_start_without_the_sandbox(monkeypatch, shared_dat
     with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap"):
         CRUXEvalEnvironment(CRUXEvalConfig(task="input"))
     assert CRUXEvalEnvironment(CRUXEvalConfig(task="output")).reset(seed=0)  # the O-task runs nothing
+
+
+def test_train_and_test_splits_partition_the_samples_by_id(shared_data):
+    ids = {split: {s["id"] for s in CRUXEvalEnvironment(split=split).samples}
+           for split in ("all", "train", "test")}
+    assert ids["train"].isdisjoint(ids["test"]) and ids["train"] | ids["test"] == ids["all"]
+    assert 0.15 < len(ids["test"]) / len(ids["all"]) < 0.25
+    # membership is a function of the id alone: a code-length filter keeps each sample on its side
+    short = {s["id"] for s in CRUXEvalEnvironment(split="test", max_code_length=150).samples}
+    assert short and short <= ids["test"]
+    with pytest.raises(ConfigError, match="leaves no samples"):
+        CRUXEvalEnvironment(split="test", max_code_length=1)
