@@ -59,8 +59,11 @@ HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds st
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
 EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
 
-# task -> (training overrides, evaluation overrides): tasks with a real held-out split use it
-SPLITS: dict[str, tuple[dict, dict]] = {"alfworld": ({"split": "valid_train"}, {"split": "valid_unseen"})}
+# task -> (training overrides, evaluation overrides): tasks with a real held-out split use it (seeded
+# procedurally generated tasks, MiniGrid's, are held out by seed alone)
+SPLITS: dict[str, tuple[dict, dict]] = {"alfworld": ({"split": "valid_train"}, {"split": "valid_unseen"}),
+                                        "cruxeval": ({"split": "train"}, {"split": "test"}),
+                                        "arc": ({"split": "training"}, {"split": "evaluation"})}
 
 
 def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
