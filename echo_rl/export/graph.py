@@ -39,10 +39,12 @@ class EchoPlanGraph(nn.Module):
     def __init__(self, agent: Any):
         super().__init__()
         self.modules_ = agent.lpo.modules()  # registered, so eval()/state follow
-        self._agent = agent
+        # the agent's own plan and heads functions (EchoModel's, or the agent's in the one-module layout)
+        model = getattr(agent, "model", None)
+        self._plan, self._heads = (model.plan, model.heads) if hasattr(model, "heads") else (agent._plan, agent._heads)
 
     def forward(self, obs: torch.Tensor, window: torch.Tensor, mask: torch.Tensor):
-        logits, values, _ = self._agent._heads(obs, self._agent._plan(window, mask), None)
+        logits, values, _ = self._heads(obs, self._plan(window, mask), None)
         return logits, values
 
 
@@ -50,7 +52,7 @@ class EchoNoPlanGraph(EchoPlanGraph):
     """The EchoRL agent with ``latent_plan=false``: no window, the trunk and heads alone."""
 
     def forward(self, obs: torch.Tensor):  # type: ignore[override]
-        logits, values, _ = self._agent._heads(obs, None, None)
+        logits, values, _ = self._heads(obs, None, None)
         return logits, values
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,9 @@ class TorchBackend:
         if module is None:
             extra = {TS_EXTRA: ""}
             try:
-                module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # torch.jit's deprecation notice
+                    module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
             except Exception as exc:  # noqa: BLE001 - not a TorchScript archive, or damaged
                 raise ConfigError(f"{path} is not a loadable TorchScript policy ({_one_line(exc)})") from None
             if not extra[TS_EXTRA]:
@@ -165,13 +169,10 @@ def load_policy(path_or_name: str | Path) -> Policy:
         graph, meta = policy_graph(agent, config)
         meta["checkpoint"] = ckpt
         return Policy(TorchBackend(module=graph, meta=meta), f"{path} ({ckpt})")
-    if path.is_file():
-        if path.suffix == ".onnx":
-            return Policy(OnnxBackend(path), str(path))
-        if path.suffix == ".pt":
+    if path.is_file():  # by content: TorchScript is a zip archive, ONNX a protobuf
+        if zipfile.is_zipfile(path) or path.suffix == ".pt":
             return Policy(TorchBackend(path), str(path))
-        raise ConfigError(f"{path}: unknown policy file type {path.suffix!r}; allowed: .onnx, .pt (from "
-                          f"`echo-rl export`), a run directory or a hub model name")
+        return Policy(OnnxBackend(path), str(path))
     from echo_rl.hub import models
 
     name = text[4:] if text.startswith("hub:") else text

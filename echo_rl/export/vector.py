@@ -77,14 +77,14 @@ def export_onnx(graph: nn.Module, meta: dict, out: Path, quantize: str | None = 
 def export_torchscript(graph: nn.Module, meta: dict, out: Path, quantize: str | None = None) -> Path:
     if quantize == "int8":  # in place: an Echo graph reaches its modules through the (throwaway) agent
         graph = torch.ao.quantization.quantize_dynamic(graph, {nn.Linear}, dtype=torch.qint8, inplace=True)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        traced = torch.jit.trace(graph, example_inputs(meta), check_trace=False)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}-")
-    os.close(fd)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="tmp-policy-", suffix=".pt")  # torch names the archive
+    os.close(fd)                                                                  # after the file's stem
     try:
-        torch.jit.save(traced, tmp, _extra_files={TS_EXTRA: json.dumps({**meta, "quantize": quantize})})
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit's deprecation notices: TorchScript is what is asked for
+            traced = torch.jit.trace(graph, example_inputs(meta), check_trace=False)
+            torch.jit.save(traced, tmp, _extra_files={TS_EXTRA: json.dumps({**meta, "quantize": quantize})})
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

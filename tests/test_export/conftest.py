@@ -1,0 +1,35 @@
+"""Short real training runs to export: two PPO / EchoRL updates on DoorKey-5x5 (seconds, not minutes)."""
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("onnxruntime", reason="export tests need pip install 'echo-rl[export]'")
+
+
+def _train(run_dir, agent, **extra):
+    import torch
+
+    from echo_rl.config import TrainingConfig
+    from echo_rl.training.trainer import EchoRLTrainer
+
+    cfg = TrainingConfig(env_name="minigrid:MiniGrid-DoorKey-5x5-v0", agent=agent, total_timesteps=512,
+                         num_actors=4, batch_size=256, evaluation_frequency=0, evaluation_episodes=1,
+                         save_frequency=0, seed=3).with_overrides({"ppo_config.learning_rate": 3e-3, **extra})
+    threads = torch.get_num_threads()
+    try:
+        asyncio.run(EchoRLTrainer(cfg, run_dir=run_dir, show_progress=False).train())
+    finally:
+        torch.set_num_threads(threads)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def ppo_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("export") / "ppo", "ppo")
+
+
+@pytest.fixture(scope="session")
+def echo_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("export") / "echo", "echo-rl", **{
+        "echo_config.replay_updates": 0, "echo_config.self_imitation_updates": 2})

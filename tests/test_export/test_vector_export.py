@@ -1,0 +1,111 @@
+"""Exported vector policies equal the PyTorch policy: ONNX (onnxruntime) and TorchScript, fp32 and int8."""
+
+import numpy as np
+import pytest
+import torch
+
+from echo_rl.config import ConfigError
+from echo_rl.export.loading import load_policy
+from echo_rl.export.parity import compare, record_observations
+from echo_rl.export.vector import export_vector_run
+
+ENV = "minigrid:MiniGrid-DoorKey-5x5-v0"
+
+
+@pytest.fixture(scope="module")
+def ppo_recording(ppo_run):
+    return record_observations(load_policy(ppo_run), ENV, steps=64, num_envs=4, seed=5)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_fp32_export_matches_pytorch(ppo_run, ppo_recording, fmt, tmp_path):
+    path, meta = export_vector_run(ppo_run, fmt, tmp_path / ("p.onnx" if fmt == "onnx" else "p.pt"))
+    assert meta["inputs"] == ["obs"] and meta["agent"] == "ppo" and meta["num_actions"] == 7
+    report = compare(load_policy(ppo_run), load_policy(path), *ppo_recording)
+    assert report["observations"] == 256
+    assert report["max_logit_diff"] < 1e-4 and report["max_value_diff"] < 1e-4
+    assert report["action_agreement"] == 1.0
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_int8_export_is_smaller_and_close(ppo_run, ppo_recording, fmt, tmp_path):
+    suffix = ".onnx" if fmt == "onnx" else ".pt"
+    fp32, _ = export_vector_run(ppo_run, fmt, tmp_path / f"fp32{suffix}")
+    int8, meta = export_vector_run(ppo_run, fmt, tmp_path / f"int8{suffix}", quantize="int8")
+    assert int8.stat().st_size < 0.5 * fp32.stat().st_size
+    ref, got = load_policy(ppo_run), load_policy(int8)
+    assert got.meta["quantize"] == "int8"
+    report = compare(ref, got, *ppo_recording)
+    spread = float(np.ptp(ref.logits_and_values(ppo_recording[0].reshape(-1, meta["obs_dim"]))[0]))
+    assert 0 < report["max_logit_diff"] < 0.1 * spread + 1e-3  # quantized, not identical, and close
+
+
+def test_ppo_policy_reproduces_agent_act(ppo_run, ppo_recording):
+    """The exported logits are the agent's: sampling them with act()'s generator gives act()'s actions."""
+    from echo_rl.export.runs import load_vector_agent
+
+    agent, _, _ = load_vector_agent(ppo_run)
+    onnx = load_policy(export_vector_run(ppo_run, "onnx", ppo_run / "export" / "act.onnx")[0])
+    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    for obs in ppo_recording[0]:
+        logits = torch.as_tensor(onnx.logits_and_values(obs)[0])
+        expected = torch.multinomial(torch.softmax(logits, -1), 1, generator=g2).squeeze(-1).numpy()
+        np.testing.assert_array_equal(agent.act(obs, g1), expected)
+    agent.close()
+
+
+def test_echo_agent_exports_its_plan_path(echo_run, tmp_path):
+    from echo_rl.export.runs import load_vector_agent
+
+    path, meta = export_vector_run(echo_run, "onnx", tmp_path / "echo.onnx")
+    assert meta["inputs"] == ["obs", "window", "mask"] and meta["window"] >= 2
+    ref, got = load_policy(echo_run), load_policy(path)
+    obs, starts = record_observations(ref, ENV, steps=48, num_envs=4, seed=2)
+    report = compare(ref, got, obs, starts)
+    assert report["max_logit_diff"] < 1e-4 and report["max_value_diff"] < 1e-4
+    # the plan is in the graph: the same observation with and without its episode's history differs
+    got.reset()
+    for o, s in zip(obs[:6], starts[:6]):
+        with_history = got.logits_and_values(o, s)[0]
+    assert (~starts[1:6].any(0)).any()  # some env is 5 steps into its episode
+    alone = got.logits_and_values(obs[5])[0]
+    assert np.abs(with_history - alone).max() > 1e-6
+    # and the graph is what EchoAgent.act samples from (act draws plan noise, then the action)
+    agent, config, _ = load_vector_agent(echo_run)
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    got.reset()
+    for o, s in zip(obs, starts):
+        logits = torch.as_tensor(got.logits_and_values(o, s)[0])
+        torch.randn(len(o), config.planning_config.embedding_dim, generator=g2)
+        expected = torch.multinomial(torch.softmax(logits, -1), 1, generator=g2).squeeze(-1).numpy()
+        np.testing.assert_array_equal(agent.act(o, g1, s), expected)
+    agent.close()
+
+
+def test_policy_accepts_raw_minigrid_observations(ppo_run):
+    import gymnasium as gym
+    import minigrid  # noqa: F401
+
+    from echo_rl.environments.minigrid_vector import make_minigrid_env
+
+    policy = load_policy(ppo_run)
+    raw_env, flat_env = gym.make("MiniGrid-DoorKey-5x5-v0"), make_minigrid_env(ENV)
+    raw, _ = raw_env.reset(seed=11)
+    flat, _ = flat_env.reset(seed=11)
+    assert policy.act(raw) == policy.act(flat)
+    np.testing.assert_array_equal(policy.logits_and_values(raw)[0], policy.logits_and_values(flat)[0])
+    with pytest.raises(ValueError, match="observations must be"):
+        policy.act(np.zeros((2, 5), np.uint8))
+
+
+def test_untrained_and_unknown_runs_are_config_errors(tmp_path, ppo_run):
+    from echo_rl.config import TrainingConfig
+
+    (tmp_path / "fresh").mkdir()
+    TrainingConfig(env_name=ENV).save_yaml(tmp_path / "fresh" / "config.yaml")
+    with pytest.raises(ConfigError, match="not trained yet"):
+        export_vector_run(tmp_path / "fresh", "onnx")
+    with pytest.raises(ConfigError, match="allowed: onnx, torchscript"):
+        export_vector_run(ppo_run, "tflite")
+    with pytest.raises(ConfigError, match="allowed: int8"):
+        export_vector_run(ppo_run, "onnx", quantize="int4")
