@@ -15,7 +15,7 @@ from echo_rl.config import ConfigError, TrainingConfig, register_name_rule
 # name -> "module:Class"; imported lazily so a config can be validated cheaply.
 AGENTS: dict[str, str] = {
     "ppo": "echo_rl.training.ppo_agent:PPOAgent",
-    "echo-rl": "echo_rl.training.echo_agent:EchoAgent",
+    "echo-rl": "echo_rl.training.echo:EchoAgent",
     "impala": "echo_rl.training.impala_agent:IMPALAAgent",
 }
 TEXT_AGENT = "echo_rl.training.lm.loop:LMAgent"  # text tasks: one language-model agent for ppo (GRPO) and echo-rl

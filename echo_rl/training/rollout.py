@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
@@ -32,9 +33,24 @@ class EpisodeStats:
 
 
 class RolloutBuffer:
-    """Step-major storage of one rollout; ``final_values`` holds V(final_obs) at truncations."""
+    """Step-major storage of one rollout; ``final_values`` holds V(final_obs) at truncations.
 
-    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, obs_dtype=np.uint8):
+    Agents that carry more than PPO's fields ask the collector for them:
+    ``extras`` — per-step arrays ``[T, N, *shape]`` their actor returns with each
+    action (EchoRL: plan noise, plan means, episode ids); ``next_observations`` — the
+    observation that followed each step (``final_obs`` where an episode ended, what a
+    world model predicts); ``context`` — per-rollout arrays with the env on axis 1
+    that the actor hands over at the rollout's start and end (EchoRL: the k states
+    before step 0, for the plan windows).
+    """
+
+    # class-level defaults: buffers pickled before these fields existed load unchanged
+    extras: dict = MappingProxyType({})
+    next_observations: np.ndarray | None = None
+    context: dict = MappingProxyType({})
+
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, obs_dtype=np.uint8,
+                 extras: dict[str, tuple[tuple, type]] | None = None, next_observations: bool = False):
         t, n = num_steps, num_envs
         self.obs = np.zeros((t, n, *obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((t, n), dtype=np.int64)
@@ -45,20 +61,71 @@ class RolloutBuffer:
         self.truncated = np.zeros((t, n), dtype=bool)
         self.final_values = np.zeros((t, n), dtype=np.float32)
         self.num_steps, self.num_envs = t, n
+        if extras:
+            self.extras = {name: np.zeros((t, n, *shape), dtype) for name, (shape, dtype) in extras.items()}
+        if next_observations:
+            self.next_observations = np.zeros_like(self.obs)
+        self.context = {}
+
+
+class StepActor(Protocol):
+    """What :meth:`VectorRolloutCollector.run` drives (Acme's actor: select an action, observe the step).
+
+    ``select`` runs under no-grad and returns ``(actions, logprobs, values, extras)``, extras
+    holding every field the buffer was built with; ``final_values(final_obs, env_ids)`` is
+    V(final_obs) of the envs truncated this step; ``observe(done)`` is called once the step's
+    values are in, so a stateful actor can start new episodes; ``begin`` / ``end`` return the
+    rollout's ``context`` arrays (env on axis 1).
+    """
+
+    def begin(self) -> dict[str, np.ndarray]: ...
+
+    def select(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]: ...
+
+    def final_values(self, final_obs: np.ndarray, env_ids: np.ndarray) -> np.ndarray: ...
+
+    def observe(self, done: np.ndarray) -> None: ...
+
+    def end(self) -> dict[str, np.ndarray]: ...
+
+
+class FunctionActor:
+    """A stateless policy as a :class:`StepActor`: ``policy(obs) -> (actions, logprobs, values)``, ``value_fn(obs)``."""
+
+    def __init__(self, policy: Callable, value_fn: Callable):
+        self.policy, self.value_fn = policy, value_fn
+
+    def begin(self) -> dict:
+        return {}
+
+    def select(self, obs):
+        return (*self.policy(obs), {})
+
+    def final_values(self, final_obs, env_ids):
+        return self.value_fn(final_obs)
+
+    def observe(self, done) -> None:
+        pass
+
+    def end(self) -> dict:
+        return {}
 
 
 class VectorRolloutCollector:
     """Steps a vector env with a policy and tracks per-env episode returns.
 
-    ``policy(obs) -> (actions, logprobs, values)`` runs under no-grad; ``value_fn``
-    evaluates V(final_obs) for truncated episodes.
+    ``collect(policy, value_fn)``: ``policy(obs) -> (actions, logprobs, values)`` runs
+    under no-grad; ``value_fn`` evaluates V(final_obs) for truncated episodes.
+    ``run(actor)`` is the same loop driving a :class:`StepActor` (stateful acting,
+    extra per-step fields).
     """
 
-    def __init__(self, envs, num_steps: int, seeds: list[int]):
+    def __init__(self, envs, num_steps: int, seeds: list[int], extras: dict[str, tuple[tuple, type]] | None = None,
+                 next_observations: bool = False):
         self.envs = envs
         self.num_envs = envs.num_envs
         self.buffer = RolloutBuffer(num_steps, self.num_envs, envs.single_observation_space.shape,
-                                    envs.single_observation_space.dtype)
+                                    envs.single_observation_space.dtype, extras, next_observations)
         self.next_obs, _ = envs.reset(seed=seeds)
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -76,27 +143,41 @@ class VectorRolloutCollector:
         self.envs = restore_vector_env(state["envs"])
 
     def collect(self, policy: Callable, value_fn: Callable) -> RolloutBuffer:
+        return self.run(FunctionActor(policy, value_fn))
+
+    def run(self, actor: StepActor) -> RolloutBuffer:
         b = self.buffer
+        context = dict(actor.begin())
         for t in range(b.num_steps):
             obs = self.next_obs
             b.obs[t] = obs
-            actions, logprobs, values = policy(obs)
+            actions, logprobs, values, extras = actor.select(obs)
             next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
             b.actions[t], b.logprobs[t], b.values[t] = actions, logprobs, values
             b.rewards[t], b.terminated[t], b.truncated[t] = rewards, terminated, truncated
             b.final_values[t] = 0.0
+            for name, array in b.extras.items():
+                array[t] = extras[name]
+            if b.next_observations is not None:
+                b.next_observations[t] = next_obs
             self.ep_return += rewards
             self.ep_length += 1
             done = terminated | truncated
             if done.any():
+                if b.next_observations is not None:
+                    idx = np.nonzero(done)[0]
+                    b.next_observations[t, idx] = np.stack([info["final_obs"][i] for i in idx])
                 if truncated.any():
                     idx = np.nonzero(truncated)[0]
-                    b.final_values[t, idx] = value_fn(np.stack([info["final_obs"][i] for i in idx]))
+                    b.final_values[t, idx] = actor.final_values(np.stack([info["final_obs"][i] for i in idx]), idx)
                 for i in np.nonzero(done)[0]:
                     self.stats.add(self.ep_return[i], self.ep_length[i], bool(terminated[i] and rewards[i] > 0))
                 self.ep_return[done] = 0.0
                 self.ep_length[done] = 0
+            actor.observe(done)
             self.next_obs = next_obs
+        context.update(actor.end())
+        b.context = context
         return b
 
 

@@ -7,7 +7,7 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.training.agents import agent_class, check_agent_name
-from echo_rl.training.echo_agent import EchoAgent, unfold_windows
+from echo_rl.training.echo import EchoAgent, unfold_windows
 from echo_rl.training.self_imitation import SelfImitationReplay
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"
@@ -24,7 +24,9 @@ def make_agent(num_actors=4, batch_size=64, env=ENV, env_kwargs=None, total_time
 
 
 def test_registered_and_unknown_agent_is_one_line_error():
-    assert agent_class("echo-rl") is EchoAgent
+    from echo_rl.training import echo_agent
+
+    assert agent_class("echo-rl") is EchoAgent is echo_agent.EchoAgent  # the old import path still works
     assert agent_class("impala").__name__ == "IMPALAAgent"
     with pytest.raises(ConfigError) as e:
         check_agent_name("echo")
@@ -45,22 +47,22 @@ def test_unfold_windows_masks_other_episodes():
 def test_learner_rebuilds_the_actors_plans_and_logprobs():
     agent = make_agent(env_kwargs={"max_steps": 6})  # time limits inside the rollout
     agent.train_iteration()  # so the next rollout starts with a non-empty history
-    roll = agent._collect()
-    T, N = agent.num_steps, agent.num_envs
+    roll = agent.collect()
+    T, N, m = agent.num_steps, agent.num_envs, agent.model
     assert roll.terminated.any() or roll.truncated.any(), "test needs an episode boundary inside the rollout"
     full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
     t_idx, e_idx = np.repeat(np.arange(T), N), np.tile(np.arange(N), T)
-    win, mask = agent._gather_windows(full_obs, full_ep, t_idx, e_idx, agent.k)
+    win, mask = m.gather_windows(full_obs, full_ep, t_idx, e_idx, m.k)
     # no window holds a state of another episode (nor padding)
-    ep_windows = full_ep[torch.as_tensor(t_idx[:, None] + 1 + np.arange(agent.k)), torch.as_tensor(e_idx)[:, None]]
+    ep_windows = full_ep[torch.as_tensor(t_idx[:, None] + 1 + np.arange(m.k)), torch.as_tensor(e_idx)[:, None]]
     own = torch.as_tensor(roll.ep.reshape(-1))[:, None]
     assert torch.equal(mask, ep_windows == own)
     with torch.no_grad():
-        plan = agent._plan(win, mask)
+        plan = m.plan(win, mask)
         # the actors (incremental embeddings) used exactly these plans
         np.testing.assert_allclose(plan.mean.numpy(), roll.plan_mean.reshape(T * N, -1), atol=1e-5)
         # the learner's policy (stored eps) gives exactly the behaviour log-probs before any update
-        logits, _, _ = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), plan,
+        logits, _, _ = m.heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), plan,
                                     torch.as_tensor(roll.eps.reshape(T * N, -1)))
         logp = torch.log_softmax(logits, -1).gather(-1, torch.as_tensor(roll.actions.reshape(-1, 1))).squeeze(-1)
     np.testing.assert_allclose(logp.numpy(), roll.logprobs.reshape(-1), atol=1e-5)
@@ -68,21 +70,21 @@ def test_learner_rebuilds_the_actors_plans_and_logprobs():
 
 def test_replayed_sequences_match_the_rollout_forward_pass():
     agent = make_agent(env_kwargs={"max_steps": 6})
-    roll = agent._collect()
+    roll = agent.collect()
     full_obs, full_ep = roll.full()
-    items = agent._sequence_items(roll, full_obs, full_ep)
-    L, T, N = agent.echo.sequence_length, agent.num_steps, agent.num_envs
+    items = agent.adder.sequence_items(roll, full_obs, full_ep)
+    L, T, N, model = agent.echo.sequence_length, agent.num_steps, agent.num_envs, agent.model
     assert items["obs"].shape[0] == (T // L) * N
     with torch.no_grad():
-        logits_seq, _, _, _ = agent._sequence_forward(items)  # [L+1, B, A]
+        logits_seq, _, _, _ = model.sequence_forward(items, L)  # [L+1, B, A]
         fo, fe = torch.as_tensor(full_obs), torch.as_tensor(full_ep)
         # sequence b = chunk c, env n: step t = c*L + j
         b = np.arange(items["obs"].shape[0])
         c, n = b // N, b % N
         for j in (0, L - 1):
             t = c * L + j
-            w, m = agent._gather_windows(fo, fe, t, n, agent.k)
-            logits, _, _ = agent._heads(torch.as_tensor(roll.obs[t, n]), agent._plan(w, m),
+            w, m = model.gather_windows(fo, fe, t, n, model.k)
+            logits, _, _ = model.heads(torch.as_tensor(roll.obs[t, n]), model.plan(w, m),
                                         torch.as_tensor(roll.eps[t, n]).half().float())
             torch.testing.assert_close(logits_seq[j], logits, atol=1e-5, rtol=1e-5)
 
@@ -193,12 +195,12 @@ def test_resume_from_checkpoint_is_exact():
 
 def _heads_on_a_fresh_rollout(agent):
     """(rollout, logits, values, world-model input) for every state of one collected rollout."""
-    roll = agent._collect()
-    T, N = agent.num_steps, agent.num_envs
+    roll = agent.collect()
+    T, N, m = agent.num_steps, agent.num_envs, agent.model
     full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
     idx = np.arange(T * N)
-    win, mask = agent._gather_windows(full_obs, full_ep, idx // N, idx % N, agent.k)
-    logits, values, wm_in = agent._heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), agent._plan(win, mask),
+    win, mask = m.gather_windows(full_obs, full_ep, idx // N, idx % N, m.k)
+    logits, values, wm_in = m.heads(torch.as_tensor(roll.obs.reshape(T * N, -1)), m.plan(win, mask),
                                          torch.as_tensor(roll.eps.reshape(T * N, -1)))
     return roll, logits, values, wm_in
 
@@ -206,25 +208,26 @@ def _heads_on_a_fresh_rollout(agent):
 def test_world_model_trains_the_plan_not_the_trunk():
     agent = make_agent()
     roll, _, _, wm_in = _heads_on_a_fresh_rollout(agent)
-    loss = agent.wm_head.loss(wm_in, torch.as_tensor(roll.actions.reshape(-1)),
+    loss = agent.model.wm_head.loss(wm_in, torch.as_tensor(roll.actions.reshape(-1)),
                               torch.as_tensor(roll.wm_target.reshape(-1, roll.wm_target.shape[-1])))
     loss.backward()
     assert all(p.grad is None for p in agent.lpo.policy.parameters())
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in agent.lpo.encoder.parameters())
     groups = {g["name"]: g for g in agent.lpo.optimizer.param_groups}
     assert set(groups) == {"policy", "encoder", "aux"}  # the world model is clipped on its own
-    assert {id(p) for p in groups["aux"]["params"]} == {id(p) for p in agent.wm_head.parameters()}
+    assert {id(p) for p in groups["aux"]["params"]} == {id(p) for p in agent.model.wm_head.parameters()}
 
 
 def test_replay_learns_values_and_plans_not_the_policy_head():
     """Replayed data never take a policy-gradient step: the actor head is untouched, the critic learns."""
     agent = make_agent()
     agent.train_iteration()
-    roll = agent._collect()
+    roll = agent.collect()
+    agent.adder.add(roll)
     actor = [p.clone() for p in agent.lpo.policy.policy_head.parameters()]
     critic = [p.clone() for p in agent.lpo.policy.value_head.parameters()]
     encoder = [p.clone() for p in agent.lpo.encoder.parameters()]
-    m = agent._replay_update(roll)
+    m = agent.learner.replay_update()
     assert "replay/value_loss" in m and not any("policy" in k for k in m)
     assert all(torch.equal(p, q) for p, q in zip(actor, agent.lpo.policy.policy_head.parameters()))
     assert any(not torch.equal(p, q) for p, q in zip(critic, agent.lpo.policy.value_head.parameters()))
@@ -242,13 +245,13 @@ def test_policy_gradient_does_not_reach_the_plan_encoder():
 
 def _store_made_up_episode(agent) -> dict:
     """Env 0's states of a fresh rollout, stored as one episode of action 2 that ends with reward 1."""
-    obs = agent._collect().obs[:, 0]
-    agent.stats.drain()  # that rollout's episodes are not training's
+    obs = agent.collect().obs[:, 0].copy()
+    agent.collector.stats.drain()  # that rollout's episodes are not training's
     rewards = np.zeros(len(obs), np.float32)
     rewards[-1] = 1.0
     term = np.zeros((len(obs), 1), bool)
     term[-1] = True
-    sil = SelfImitationReplay(1, agent.obs_dim, agent.k, 100, 0.99, alpha=0.6, beta=0.4, priority_epsilon=1e-6,
+    sil = SelfImitationReplay(1, agent.obs_dim, agent.model.k, 100, 0.99, alpha=0.6, beta=0.4, priority_epsilon=1e-6,
                               seed=0)
     items = sil.collect(obs[:, None], np.full((len(obs), 1), 2), rewards[:, None], term, np.zeros_like(term))
     agent.sil.buffer.add(items, np.ones(len(obs)))
@@ -261,11 +264,11 @@ def test_self_imitation_raises_the_stored_actions_where_the_return_beats_the_val
 
     def logp_and_value():
         with torch.no_grad():
-            logits, values = agent._window_heads(items["windows"], items["mask"])
+            logits, values = agent.model.window_heads(items["windows"], items["mask"])
         return torch.log_softmax(logits, -1)[:, 2].mean().item(), values.mean().item()
 
     before = logp_and_value()
-    m = agent._self_imitation_update()
+    m = agent.learner.self_imitation_update()
     after = logp_and_value()
     assert m["self_imitation/positive_fraction"] == 1.0  # V starts near 0, every return is > 0.8
     assert after[0] > before[0] and after[1] > before[1]
@@ -275,9 +278,9 @@ def test_replay_too_big_for_checkpoints_warns_once_when_built(monkeypatch):
     """A replay over the checkpoint limit is said once, at construction; checkpoints then leave it out quietly."""
     import warnings
 
-    from echo_rl.training import echo_agent
+    from echo_rl.training.echo import adder
 
-    monkeypatch.setattr(echo_agent, "REPLAY_CHECKPOINT_LIMIT", 1024)
+    monkeypatch.setattr(adder, "REPLAY_CHECKPOINT_LIMIT", 1024)
     with pytest.warns(UserWarning, match="replay preallocates .*max_replay_age"):
         a = make_agent()
     with warnings.catch_warnings():
