@@ -20,6 +20,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", type=int, default=1_000_000, help="buffer capacity in samples")
     p.add_argument("--sampling-mode", default="proportional", choices=("proportional", "softmax"))
     p.add_argument("--min-experiences", type=int, default=1000, help="samples stored before learners may sample")
+    p.add_argument("--sampler", default="prioritized", choices=("prioritized", "uniform", "fifo"))
+    p.add_argument("--samples-per-insert", type=float, default=None,
+                   help="rate limiter (Reverb's SampleToInsertRatio, min size = --min-experiences); needs --error-buffer")
+    p.add_argument("--error-buffer", type=float, default=None, help="the rate limiter's band half-width")
+    p.add_argument("--checkpoint", default=None, help="restore from this file if it exists, and checkpoint to it")
+    p.add_argument("--checkpoint-every", type=float, default=60.0, help="seconds between checkpoints (with --checkpoint)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     p.add_argument("--port", type=int, default=7470, help="TCP port (0: any free port, printed at start)")
@@ -122,15 +128,31 @@ def run(args: argparse.Namespace) -> int:
     secret = _read_secret(args.secret_file)
     schema = build_schema(args)
     example = schema.unflatten([__import__("numpy").zeros(lf.shape, lf.dtype) for lf in schema.leaves])
+    if (args.samples_per_insert is None) != (args.error_buffer is None):
+        raise ConfigError("--samples-per-insert and --error-buffer go together (a rate limiter needs both)")
+    if args.checkpoint_every <= 0:
+        raise ConfigError(f"--checkpoint-every={args.checkpoint_every} is invalid: must be > 0")
+    limiter = None
+    if args.samples_per_insert is not None:
+        from echo_rl.core.replay import RateLimiter
+
+        try:
+            limiter = RateLimiter.sample_to_insert_ratio(args.samples_per_insert, args.min_experiences,
+                                                         args.error_buffer)
+        except ValueError as exc:
+            raise ConfigError(f"--samples-per-insert/--error-buffer: {exc}") from None
     buffer = PrioritizedReplayBuffer(args.capacity, mode=args.sampling_mode, min_experiences=args.min_experiences,
-                                     example=example, seed=args.seed)
+                                     example=example, seed=args.seed, sampler=args.sampler, rate_limiter=limiter)
     logger = JsonlLogger(args.metrics_jsonl).open() if args.metrics_jsonl else None
     server = ReplayServer(buffer, args.host, args.port, shm_capacity=args.shm_capacity, secret=secret,
                           max_connections=args.max_connections, handshake_timeout=args.handshake_timeout,
                           idle_timeout=args.idle_timeout or None, max_rings=args.max_rings,
-                          max_rings_per_client=args.max_rings_per_client)
+                          max_rings_per_client=args.max_rings_per_client, checkpoint_path=args.checkpoint,
+                          checkpoint_every=args.checkpoint_every if args.checkpoint else None)
     try:
         server.start()
+    except ValueError as exc:  # a --checkpoint file that does not fit this schema or capacity
+        raise ConfigError(f"--checkpoint={args.checkpoint!r} cannot be restored: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"--host/--port {args.host}:{args.port} cannot be bound: {exc.strerror or exc}") from None
     print(f"echo-rl replay-server: listening on {args.host}:{server.port} (schema: {schema.describe()}; "

@@ -44,6 +44,8 @@ def test_replay_server_command_serves_writers_and_learners(tmp_path):
     (["--leaf", "obs:float32:3", "--max-connections", "0"], "--max-connections=0 is invalid: must be >= 1"),
     (["--leaf", "obs:float32:3", "--idle-timeout", "-1"], "--idle-timeout=-1.0 is invalid: must be > 0 (or 0: none)"),
     (["--leaf", "obs:float32:3", "--secret-file", "/nonexistent/secret"], "--secret-file='/nonexistent/secret' cannot"),
+    (["--leaf", "obs:float32:3", "--samples-per-insert", "4"], "--samples-per-insert and --error-buffer go together"),
+    (["--leaf", "obs:float32:3", "--samples-per-insert", "4", "--error-buffer", "1"], "error_buffer=1.0 is too small"),
 ])
 def test_bad_arguments_give_one_line_errors(args, message):
     proc = _cli(*args, "--duration", "1")
