@@ -408,8 +408,15 @@ class LMConfig(ConfigBase):
                                               "(parse 'Score: N/M' from a greedy reply)",
                            choices=("likelihood", "generate"))
     judge_weight: float = spec(0.5, help="mix: weight of the judge's score", min=0, max=1)
+    lora_rank: int = spec(0, help="train LoRA adapters of this rank instead of every weight (0: full fine-tuning; "
+                                  "needs pip install 'echo-rl[lora]')", min=0)
+    lora_alpha: float = spec(32.0, help="LoRA scaling numerator (updates are scaled by lora_alpha / lora_rank)", gt=0)
+    lora_targets: str = spec("q_proj,k_proj,v_proj,o_proj", help="comma-separated module names that get LoRA "
+                                                                  "adapters (Llama/Qwen attention projections)")
 
     def validate(self) -> None:
+        if self.lora_rank and not [t for t in self.lora_targets.split(",") if t.strip()]:
+            self._fail("lora_targets", self.lora_targets, "name at least one module, e.g. q_proj,v_proj")
         if self.reward != "env" and not self.judge_backbone:
             self._fail("judge_backbone", self.judge_backbone, f"reward={self.reward!r} needs a judge: tiny, "
                                                               "tiny:<preset>, a local checkpoint or an API model")
@@ -489,8 +496,8 @@ class TrainingConfig(ConfigBase):
                                                    "rollout (echo_rl.intrinsic, e.g. rnd; None: off)")
     intrinsic_config: dict = spec(default_factory=dict, help="keyword arguments of the intrinsic reward module")
     intrinsic_beta: float = spec(0.05, help="weight of the intrinsic reward at step 0", min=0)
-    intrinsic_kappa: float = spec(2.5e-5, help="decay of that weight per env step: beta * (1 - kappa)^step",
-                                  min=0, max=1)
+    intrinsic_kappa: float = spec(0.0, help="decay of that weight per env step: beta * (1 - kappa)^step "
+                                       "(0: constant)", min=0, max=1)
     intrinsic_normalize: bool = spec(True, help="normalise the intrinsic reward by its running std before mixing")
     pretraining: bool = spec(False, help="train on the intrinsic reward alone (the task reward is ignored); "
                                          "fine-tune later with init_from")

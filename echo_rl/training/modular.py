@@ -43,13 +43,43 @@ def make_reward(name: str, config, observation_space, action_space, device) -> A
             raise ConfigError(f"intrinsic_reward={name!r} needs the echo_rl.intrinsic package, which this install "
                               f"lacks") from None
         raise
-    return make_intrinsic_reward(name, observation_space, action_space, device, **config.intrinsic_config)
+    try:
+        return make_intrinsic_reward(name, observation_space, action_space, device, **config.intrinsic_config)
+    except ValueError as exc:  # an unknown name or hyperparameter: the module registry's one line
+        raise ConfigError(f"TrainingConfig.intrinsic_reward={name!r} is invalid: {exc}") from None
 
 
 def make_mixer(module, config) -> Any:
     from echo_rl.intrinsic.mixing import IntrinsicMixer
 
     return IntrinsicMixer(module, config.intrinsic_beta, config.intrinsic_kappa, config.intrinsic_normalize)
+
+
+_NDARRAY = "$ndarray"
+
+
+def to_checkpoint(x: Any) -> Any:
+    """numpy arrays (a module's running statistics) as tensors, so ``torch.load(weights_only=True)`` reads them."""
+    if isinstance(x, np.ndarray):
+        return {_NDARRAY: torch.from_numpy(np.ascontiguousarray(x))}
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, dict):
+        return {k: to_checkpoint(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_checkpoint(v) for v in x)
+    return x
+
+
+def from_checkpoint(x: Any) -> Any:
+    """The inverse of :func:`to_checkpoint`."""
+    if isinstance(x, dict):
+        if set(x) == {_NDARRAY}:
+            return x[_NDARRAY].numpy()
+        return {k: from_checkpoint(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(from_checkpoint(v) for v in x)
+    return x
 
 
 class ModularAgent:
@@ -156,10 +186,9 @@ class ModularAgent:
         state: dict = {}
         if self.augmentation is not None:
             state["aug_generator"] = self.aug_generator.get_state()
-        if self.reward is not None:
-            state["reward"] = self.reward.state_dict()
-            if hasattr(self.mixer, "state_dict"):
-                state["mixer"] = self.mixer.state_dict()
+        if self.reward is not None:  # the mixer's running statistics hold the module's state under 'module'
+            state["reward"] = to_checkpoint(self.mixer.state_dict() if hasattr(self.mixer, "state_dict")
+                                            else {"module": self.reward.state_dict()})
         return state
 
     def load_parts_state(self, state: dict) -> None:
@@ -172,9 +201,11 @@ class ModularAgent:
         if "aug_generator" in state:
             self.aug_generator.set_state(state["aug_generator"])
         if "reward" in state:
-            self.reward.load_state_dict(state["reward"])
-            if "mixer" in state:
-                self.mixer.load_state_dict(state["mixer"])
+            reward = from_checkpoint(state["reward"])
+            if hasattr(self.mixer, "load_state_dict"):
+                self.mixer.load_state_dict(reward)
+            else:
+                self.reward.load_state_dict(reward["module"])
 
 
 __all__ = ["ModularAgent", "PARTS", "make_mixer", "make_reward"]

@@ -234,7 +234,7 @@ def test_augmentation_reaches_the_learner_only(name, monkeypatch):
 @pytest.mark.parametrize("name", AGENTS)
 @pytest.mark.parametrize("pretraining", [False, True])
 def test_intrinsic_reward_is_mixed_in_after_collection(name, pretraining, fake_intrinsic, monkeypatch):
-    agent = agent_for(name, intrinsic_reward="fake", intrinsic_beta=0.5, intrinsic_kappa=0.0,
+    agent = agent_for(name, intrinsic_reward="fake", intrinsic_beta=0.5,
                       pretraining=pretraining, env_config={"max_steps": 4})
     try:
         module = fake_intrinsic[0]
@@ -373,3 +373,18 @@ def test_encoder_names_from_the_cli_set():
     agent.close()
     with pytest.raises(ConfigError, match="encoder='nature_cnn' does not fit task"):
         build_agent(TrainingConfig(**SMALL, encoder="nature_cnn"), CPU)
+
+
+@pytest.mark.parametrize("module", ["rnd"])
+def test_a_real_intrinsic_module_trains_and_resumes_through_the_trainer(module, tmp_path):
+    pytest.importorskip("echo_rl.intrinsic")
+    cfg = TrainingConfig(**{**SMALL, "total_timesteps": 64}, intrinsic_reward=module)
+    train(cfg, tmp_path / "full")
+    train(cfg.replace(total_timesteps=32), tmp_path / "cut")
+    train(cfg, tmp_path / "cut", resume=True)  # the mixer's numpy statistics pass torch.load(weights_only=True)
+    rows = lambda run: [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    full = rows("full")
+    assert any("intrinsic/reward_mean" in r for r in full)
+    assert full == [r for r in rows("cut") if not (r["step"] == 32 and any(k.startswith("eval/") for k in r))]
+    with pytest.raises(ConfigError, match="intrinsic_reward='nope' is invalid: unknown intrinsic reward 'nope'"):
+        agent_for("ppo", intrinsic_reward="nope")
