@@ -116,3 +116,27 @@ def test_construction_leaves_the_global_rng_alone():
     torch.manual_seed(3)
     build("rnd", gym.spaces.Box(0, 255, (4,), np.uint8), gym.spaces.Discrete(2))
     torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_rnd_bonus_separates_trained_states_from_new_ones(rollout):
+    obs_space, act_space, batch = rollout
+    rnd = build("rnd", obs_space, act_space, lr=3e-3, batch_size=64)
+    for _ in range(60):
+        rnd.update(*batch)
+    g = np.random.default_rng(5)
+    unseen = torch.as_tensor(g.integers(0, 6, (16, 4, 8), dtype=np.uint8))
+    seen_bonus = rnd.compute(*batch).mean()
+    new_bonus = rnd.compute(batch[0], batch[1], unseen, batch[3]).mean()
+    assert new_bonus > 1.5 * seen_bonus, (float(seen_bonus), float(new_bonus))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", sorted(INTRINSIC_REWARDS))
+def test_runs_on_cuda_and_matches_cpu(name, rollout):
+    obs_space, act_space, batch = rollout
+    cpu = build(name, obs_space, act_space)
+    gpu = make_intrinsic_reward(name, obs_space, act_space, "cuda", **({} if name == "pseudo_counts" else SMALL))
+    r_cpu, r_gpu = cpu.compute(*batch), gpu.compute(*batch)
+    assert r_gpu.device.type == "cuda"
+    torch.testing.assert_close(r_gpu.cpu(), r_cpu, rtol=1e-3, atol=1e-4)
+    assert gpu.update(*batch).keys() == cpu.update(*batch).keys()
