@@ -1,0 +1,130 @@
+"""echo_rl.hub.scores holds what docs/results.md reports: every per-seed cell, and the aggregates follow."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from echo_rl.config import ConfigError
+from echo_rl.evaluation.statistics import aggregate_iqm, stratified_bootstrap_ci
+from echo_rl.hub import scores
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text().splitlines()
+SHORT = {"DoorKey-8x8": "MiniGrid-DoorKey-8x8-v0", "KeyCorridorS3R1": "MiniGrid-KeyCorridorS3R1-v0",
+         "MultiRoom-N2-S4": "MiniGrid-MultiRoom-N2-S4-v0"}
+
+
+def _table_after(header_start: str, nth: int = 0) -> list[list[str]]:
+    """Rows (cells stripped) of the nth markdown table whose header line starts with ``header_start``."""
+    starts = [i for i, line in enumerate(DOC) if line.startswith(header_start)]
+    rows, i = [], starts[nth] + 2
+    while i < len(DOC) and DOC[i].startswith("|"):
+        rows.append([c.strip() for c in DOC[i].strip().strip("|").split("|")])
+        i += 1
+    return rows
+
+
+def test_every_study_of_the_document_is_in_the_hub():
+    studies = [line[3:] for line in DOC if line.startswith("## ")]
+    assert len(studies) == 3
+    sources = " ".join(scores.load(n).data["source"] for n in scores.names())
+    for anchor in ("#the-ppo-demo-recipe-across-seeds", "#measured", "#held-out-seeds", "#longer-runs"):
+        assert anchor in sources
+    for n in scores.names():
+        s = scores.load(n)
+        assert s.command and s.tasks and s.methods
+        assert all(m.get("code_commit") or s.data.get("doc_commit") for m in s.data["methods"].values())
+
+
+def test_ppo_recipe_per_seed_returns():
+    study = scores.load("ppo-doorkey5x5-recipe")
+    for row in _table_after("| lr (constant) |"):
+        method = "ppo/lr1e-3" if row[0].startswith("1e-3") else "ppo/lr5e-4"
+        doc = {int(s): float(v) for s, v in re.findall(r"(\d+): \**([0-9.]+)\**", row[2])}
+        got = dict(zip(study.seeds(method), study.scores(method)[:, 0]))
+        assert got == doc
+        reached = sum(v >= 0.9 for v in got.values())
+        assert row[1].startswith(f"{reached} of {len(got)}")
+
+
+def _cell(study, method, env_short, seed_index):
+    task = SHORT[env_short]
+    col = study.tasks.index(task)
+    steps = study.scores(method, "steps_to_0.9")[seed_index, col]
+    if steps < study.data["budgets"][task]:
+        return f"{int(steps) // 1000}k"
+    return f"{study.scores(method, 'success_at_last_eval')[seed_index, col]:.2f}"
+
+
+@pytest.mark.parametrize("name, header_nth, seeds", [("sample-efficiency-minigrid", 0, range(0, 5)),
+                                                     ("sample-efficiency-doorkey8x8-heldout", 1, range(5, 15))])
+def test_sample_efficiency_per_cell_tables(name, header_nth, seeds):
+    study = scores.load(name)
+    rows = _table_after("| env | method | seed", header_nth)
+    assert len(rows) == sum(len(study.tasks) for _ in study.methods)
+    for env, method, *cells in rows:
+        method = method.strip("`")
+        run = study.seeds(method)
+        assert [s for s, c in zip(seeds, cells) if c != "–"] == run
+        assert [c for c in cells if c != "–"] == [_cell(study, method, env, i) for i in range(len(run))]
+        steps = study.scores(method, "steps_to_0.9")[:, study.tasks.index(SHORT[env])]
+        # exact values: the evaluation steps of the study's grid (first rollout boundary past k * 25k)
+        reached = steps[steps < study.data["budgets"][SHORT[env]]]
+        assert all(s % 2048 == 0 and (s - 2048) < 25_000 * np.ceil(s / 25_000) for s in reached)
+
+
+@pytest.mark.parametrize("name, header_nth", [("sample-efficiency-minigrid", 0), ("sample-efficiency-doorkey8x8-heldout", 1)])
+def test_sample_efficiency_aggregates_follow_from_the_cells(name, header_nth):
+    """The document's IQM of steps to 0.9 (and its CI, pooled and held-out rows) from the hub's cells, with
+    echo_rl.evaluation.statistics as the study's report computed it (50,000 resamples, seed 0)."""
+    study = scores.load(name)
+    rows = _table_after("| method | scope (budget) |", header_nth)
+    for method, scope, seeds, reached, *_, steps_iqm, _time in rows:
+        mat = study.scores(method, "steps_to_0.9")
+        if "pooled" not in scope:
+            env = scope.split(" (")[0]
+            mat = mat[:, [study.tasks.index(SHORT[env])]]
+        budgets = np.array([study.data["budgets"][t] for t in study.tasks])
+        cells_reached = int((mat < (budgets if mat.shape[1] > 1 else budgets[study.tasks.index(SHORT[env])])).sum())
+        assert reached == f"{cells_reached}/{mat.size}" and int(seeds) == mat.shape[0]
+        point, rest = steps_iqm.split(" [")
+        assert f"{aggregate_iqm(mat):,.0f}" == point
+        if "pooled" in scope or header_nth == 1:
+            _, ci = stratified_bootstrap_ci(mat, aggregate_iqm, reps=50_000, seed=0)
+            assert f"{ci[0]:,.0f}, {ci[1]:,.0f}]" == rest
+
+
+def test_lm_per_seed_curves_and_arm_means():
+    study = scores.load("lm-grpo-vs-echo-400")
+    rows = _table_after("| arm | seed | success 0 |")
+    for arm, seed, s0, s160, s400, *_, ce0, ce400 in rows:
+        steps, success = study.curves(arm, "heldout_success")
+        i = study.seeds(arm).index(int(seed))
+        assert list(steps) == [0, 160, 400]
+        assert [f"{v:.3f}" for v in success[i]] == [s0, s160, s400]
+        assert [f"{v:.2f}" for v in study.curves(arm, "heldout_env_ce")[1][i]] == [ce0, ce400]
+        assert study.scores(arm, "heldout_success")[i, 0] == success[i, -1]
+    # the arm table's held-out success means at updates 0, 160 and 400 are the seeds' means
+    for arm, update, mean_ci, *_ in _table_after("| arm | update | held-out success |", 2):
+        if arm in study.methods and int(update) in (0, 160, 400):
+            steps, success = study.curves(arm, "heldout_success")
+            assert f"{success[:, list(steps).index(int(update))].mean():.3f}" == mean_ci.split(" ±")[0]
+
+
+def test_scores_are_arrays_for_the_statistics_module():
+    study = scores.load("sample-efficiency-minigrid")
+    mat = study.scores("echo-rl")
+    assert mat.shape == (5, 3) and np.isfinite(mat).all()
+    assert set(study.score_dict()) == set(study.methods)
+    assert not np.isfinite(study.scores("echo-rl", "success_at_last_eval")).all()  # reached cells: not listed
+    assert study.score_dict("success_at_last_eval").keys() == {"impala"}  # the one method that never got there
+    assert scores.resolve("hub:ppo-doorkey5x5-recipe/ppo/lr5e-4")[1] == "ppo/lr5e-4"
+    with pytest.raises(ConfigError, match="unknown hub study"):
+        scores.load("no-such-study")
+    with pytest.raises(ConfigError, match="several methods"):
+        scores.resolve("hub:sample-efficiency-minigrid")
+    with pytest.raises(ConfigError, match="has no method"):
+        scores.resolve("hub:sample-efficiency-minigrid/dqn")
+    with pytest.raises(ConfigError, match="no 'steps_to_0.9' learning curve"):
+        study.curves("ppo")
