@@ -108,7 +108,8 @@ class LMLearner:
         self._deferred: tuple | None = None  # micro-batches whose backward waits for the loss's gradient
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        groups = [{"params": list(self.model.parameters()), "lr": lr}]
+        # frozen weights (the base model under LoRA) get no optimiser state
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": lr}]
         if self.planner is not None:
             groups.append({"params": list(self.planner.parameters()), "lr": self.config.plan_learning_rate})
         if self.value_head is not None:
@@ -389,4 +390,17 @@ class LMLearner:
         return float((-lp * m).sum() / m.sum().clamp(min=1))
 
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
+        """The weights the engine's plain copy loads: under LoRA, each adapted weight merged (W + scale·B·A)."""
+        from echo_rl.training.lm.lora import is_lora, merged_state_dict
+
+        if is_lora(self.model):
+            return merged_state_dict(self.model)
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def engine_copy(self) -> Any:
+        """A copy of the policy for the engine: the same model, or under LoRA a plain one with merged weights."""
+        import copy
+
+        from echo_rl.training.lm.lora import is_lora, plain_copy
+
+        return plain_copy(self.model) if is_lora(self.model) else copy.deepcopy(self.model)

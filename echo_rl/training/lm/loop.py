@@ -148,6 +148,12 @@ class LMAgent(AgentBase):
         if (lm.sft_episodes and lm.sft_steps or lm.heldout_pool) and not getattr(probe, "has_expert", False):
             raise ConfigError(f"lm_config.sft_episodes / heldout_pool need expert demonstrations, which task "
                               f"{config.env_name!r} does not have: set both to 0")
+        if lm.lora_rank:  # adapters only: the base weights stay frozen (lora.py)
+            from echo_rl.training.lm.lora import add_lora
+            try:
+                model = add_lora(model, lm.lora_rank, lm.lora_alpha, lm.lora_targets)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         self.model = model.to(device)
         if lm.activation_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 names it so
@@ -221,7 +227,7 @@ class LMAgent(AgentBase):
             self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
             if self.learner.ref_model is not None:  # the KL reference is where RL starts: the SFT policy
                 self.learner.ref_model.load_state_dict(self.model.state_dict())
-        self.engine_model = copy.deepcopy(self.model).eval()
+        self.engine_model = self.learner.engine_copy().eval()
         self.engine_planner = copy.deepcopy(self.planner).eval() if self.planner is not None else None
         self.engine = await AsyncExecutionEngine(self.config.execution_config, self.engine_model).start()
         if self.learner.version:
