@@ -388,3 +388,12 @@ def test_a_real_intrinsic_module_trains_and_resumes_through_the_trainer(module, 
     assert full == [r for r in rows("cut") if not (r["step"] == 32 and any(k.startswith("eval/") for k in r))]
     with pytest.raises(ConfigError, match="intrinsic_reward='nope' is invalid: unknown intrinsic reward 'nope'"):
         agent_for("ppo", intrinsic_reward="nope")
+
+
+def test_the_guide_example_runs(capsys):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "modules.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/modules.md", "exec"), {})
+    assert "entropy" in capsys.readouterr().out
