@@ -9,9 +9,10 @@ import gymnasium as gym, minigrid, numpy as np, onnxruntime as ort  # noqa: F401
 
 path, *rest = sys.argv[1:]
 episodes, seed, num_envs = (int(a) for a in rest + ["100", "1000000", "16"][len(rest):])
+num_envs = min(num_envs, episodes)
 sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 meta = json.loads(sess.get_modelmeta().custom_metadata_map["echo_rl"])
-enc, k = meta["obs_encoding"], meta["window"]
+enc, k, width = meta["obs_encoding"], meta["window"], max(meta["window"], 1)
 vocab = {w: i for i, w in enumerate(enc["mission_vocab"])}
 
 def encode(o):  # image indices, direction, bag of mission words: the layout the policy was trained on
@@ -21,10 +22,11 @@ def encode(o):  # image indices, direction, bag of mission words: the layout the
     return np.concatenate([o["image"].reshape(-1), [o["direction"]], bag]).astype(np.uint8)[None]
 
 env, results = gym.make(enc["env_id"], **enc["env_config"]), []
-for i in range(min(num_envs, episodes)):
+for i in range(num_envs):
     obs, _ = env.reset(seed=seed + 10_000 * i)
-    for _ in range(episodes // min(num_envs, episodes) + (i < episodes % min(num_envs, episodes))):
-        window, mask, ret, done = np.zeros((1, max(k, 1), meta["obs_dim"]), np.uint8), np.zeros((1, max(k, 1)), bool), 0.0, False
+    for _ in range(episodes // num_envs + (i < episodes % num_envs)):
+        window, mask = np.zeros((1, width, meta["obs_dim"]), np.uint8), np.zeros((1, width), bool)
+        ret, done = 0.0, False
         while not done:
             x = encode(obs)
             window, mask = np.roll(window, -1, 1), np.roll(mask, -1, 1)  # plan inputs (EchoRL agent only)
@@ -34,4 +36,6 @@ for i in range(min(num_envs, episodes)):
             ret, done = ret + r, term or trunc
         results.append((term and r > 0, ret))
         obs, _ = env.reset()
-print(json.dumps({"success_rate": float(np.mean([s for s, _ in results])), "avg_reward": float(np.mean([r for _, r in results])), "episodes": len(results)}))
+success, returns = zip(*results)
+print(json.dumps({"success_rate": float(np.mean(success)), "avg_reward": float(np.mean(returns)),
+                  "episodes": len(results)}))

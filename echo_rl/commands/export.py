@@ -7,7 +7,8 @@ import argparse
 from echo_rl.config import ConfigError
 
 NAME = "export"
-HELP = "export a trained run: vector policies to ONNX or TorchScript (optionally int8), LM runs to a transformers directory"
+HELP = ("export a trained run: vector policies to ONNX or TorchScript (optionally int8), LM runs to a "
+        "transformers directory")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -111,7 +111,8 @@ def format_comparison(r: dict) -> str:
     lines = [f"{r['metric']} on {r['task']} ({arrow} is better; {r['how_read']}) against {r['against']}:"]
     for side in ("runs", "published"):
         s = r[side]
-        lines.append(f"  {side:<9} n={s['n']:<3} IQM {s['iqm']:.4g} [95% CI {s['iqm_ci'][0]:.4g}, {s['iqm_ci'][1]:.4g}]")
+        lo, hi = s["iqm_ci"]
+        lines.append(f"  {side:<9} n={s['n']:<3} IQM {s['iqm']:.4g} [95% CI {lo:.4g}, {hi:.4g}]")
     p = r["probability_of_improvement"]
     lines.append(f"  P(a run beats a published one) = {p['point']:.3f} [95% CI {p['low']:.3f}, {p['high']:.3f}]")
     return "\n".join(lines)

@@ -75,17 +75,20 @@ def test_corrupt_and_foreign_files_are_config_errors(tmp_path):
         load_policy("hub:no-such-model")
 
 
-def test_standalone_script_matches_load_policy(ppo_run, tmp_path):
+@pytest.mark.parametrize("which", ["ppo_run", "echo_run"])
+def test_standalone_script_matches_load_policy(which, request, tmp_path):
     """examples/standalone_policy.py (numpy + onnxruntime + minigrid, no echo_rl) runs the episodes echo_rl's
-    evaluation runs, with the same greedy actions: same success and the same returns."""
+    evaluation runs, with the same greedy actions (for the EchoRL agent, from the same plan windows): same
+    success and the same returns."""
+    run = request.getfixturevalue(which)
     out = tmp_path / "standalone.onnx"
-    assert main(["export", "--run-dir", str(ppo_run), "--out", str(out), "--no-check"]) == 0
+    assert main(["export", "--run-dir", str(run), "--out", str(out), "--no-check"]) == 0
     episodes, seed, num_envs = 8, 1_000_003, 4
     script = subprocess.run([sys.executable, "-I", str(ROOT / "examples" / "standalone_policy.py"), str(out),
                              str(episodes), str(seed), str(num_envs)], capture_output=True, text=True, timeout=300)
     assert script.returncode == 0, script.stderr[-2000:]
     got = json.loads(script.stdout)
-    want = evaluate_greedy(load_policy(ppo_run), ENV, episodes, seed, num_envs)
+    want = evaluate_greedy(load_policy(run), ENV, episodes, seed, num_envs)
     assert got["episodes"] == want["episodes"] == episodes
     assert got["success_rate"] == want["success_rate"]
     assert got["avg_reward"] == pytest.approx(want["avg_reward"], abs=1e-12)

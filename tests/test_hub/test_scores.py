@@ -74,7 +74,8 @@ def test_sample_efficiency_per_cell_tables(name, header_nth, seeds):
         assert all(s % 2048 == 0 and (s - 2048) < 25_000 * np.ceil(s / 25_000) for s in reached)
 
 
-@pytest.mark.parametrize("name, header_nth", [("sample-efficiency-minigrid", 0), ("sample-efficiency-doorkey8x8-heldout", 1)])
+@pytest.mark.parametrize("name, header_nth", [("sample-efficiency-minigrid", 0),
+                                              ("sample-efficiency-doorkey8x8-heldout", 1)])
 def test_sample_efficiency_aggregates_follow_from_the_cells(name, header_nth):
     """The document's IQM of steps to 0.9 (and its CI, pooled and held-out rows) from the hub's cells, with
     echo_rl.evaluation.statistics as the study's report computed it (50,000 resamples, seed 0)."""
