@@ -6,6 +6,8 @@ builds one; ``IntrinsicMixer`` adds its bonus to the task reward.
 
 from __future__ import annotations
 
+import inspect
+
 from echo_rl.intrinsic.base import IntrinsicReward
 from echo_rl.intrinsic.e3b import E3B
 from echo_rl.intrinsic.icm import ICM
@@ -22,18 +24,16 @@ INTRINSIC_REWARDS = {"rnd": RND, "icm": ICM, "re3": RE3, "e3b": E3B, "ride": RID
 
 def make_intrinsic_reward(name: str, observation_space, action_space, device="cpu", **kw) -> IntrinsicReward:
     """The module registered as ``name``, built with its hyperparameters as keywords."""
-    key = name.strip().lower().replace("-", "_")
+    key = str(name).strip().lower().replace("-", "_")
     if key not in INTRINSIC_REWARDS:
         raise ValueError(f"unknown intrinsic reward {name!r}; allowed: {', '.join(INTRINSIC_REWARDS)}")
     cls = INTRINSIC_REWARDS[key]
-    try:
-        return cls(observation_space, action_space, device, **kw)
-    except TypeError as exc:  # an unknown hyperparameter: name the ones this module takes
-        import inspect
-
-        allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in
-                   ("self", "observation_space", "action_space", "device")]
-        raise ValueError(f"{key}: {exc}; allowed hyperparameters: {', '.join(allowed)}") from None
+    allowed = [p for p in inspect.signature(cls.__init__).parameters
+               if p not in ("self", "observation_space", "action_space", "device")]
+    unknown = sorted(set(kw) - set(allowed))
+    if unknown:
+        raise ValueError(f"{key}: unknown hyperparameters {unknown}; allowed: {', '.join(allowed)}")
+    return cls(observation_space, action_space, device, **kw)
 
 
 __all__ = ["E3B", "ICM", "INTRINSIC_REWARDS", "IntrinsicMixer", "IntrinsicReward", "NGU", "PseudoCounts", "RE3",
