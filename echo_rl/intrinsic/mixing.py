@@ -9,6 +9,10 @@ non-episodic). Dividing by it keeps the bonus on a fixed scale whatever the
 module's raw magnitude, so one beta suits every module; kappa decays the
 bonus so the task reward takes over. ``global_step`` is whatever counter the
 caller advances (env steps or updates): kappa's scale follows it.
+
+``pretraining=True`` drops the extrinsic term (RLLTE's pre-training mode: learn
+from the bonus alone). The flag is not part of the state, so a pre-training
+mixer's state loads into a fine-tuning one and the statistics carry on.
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ from echo_rl.intrinsic.base import IntrinsicReward, RunningMeanStd
 
 class IntrinsicMixer:
     def __init__(self, module: IntrinsicReward, beta: float = 0.05, kappa: float = 0.0, normalize: bool = True,
-                 gamma: float = 0.99):
+                 gamma: float = 0.99, pretraining: bool = False):
         if beta < 0 or not 0.0 <= kappa < 1.0 or not 0.0 <= gamma <= 1.0:
             raise ValueError(f"need beta >= 0, 0 <= kappa < 1, 0 <= gamma <= 1; got beta={beta}, kappa={kappa}, "
                              f"gamma={gamma}")
         self.module, self.beta, self.kappa = module, float(beta), float(kappa)
-        self.normalize, self.gamma = bool(normalize), float(gamma)
+        self.normalize, self.gamma, self.pretraining = bool(normalize), float(gamma), bool(pretraining)
         self.returns: np.ndarray | None = None  # (N,) running discounted intrinsic return per env
         self.return_rms = RunningMeanStd(())
 
@@ -51,7 +55,9 @@ class IntrinsicMixer:
         return intrinsic / float(self.return_rms.std)
 
     def mix(self, extrinsic: np.ndarray, intrinsic: torch.Tensor, global_step: int) -> np.ndarray:
-        """extrinsic (T, N) + beta_t * normalised intrinsic (T, N), in extrinsic's float dtype."""
+        """extrinsic (T, N) + beta_t * normalised intrinsic (T, N), in extrinsic's float dtype.
+
+        With ``pretraining`` the extrinsic term is left out (its shape and dtype still apply)."""
         ext = np.asarray(extrinsic)
         bonus = (intrinsic.detach().cpu().double().numpy() if isinstance(intrinsic, torch.Tensor)
                  else np.asarray(intrinsic, dtype=np.float64))
@@ -61,7 +67,8 @@ class IntrinsicMixer:
         if self.normalize:
             bonus = self.normalise(bonus)
         dtype = ext.dtype if np.issubdtype(ext.dtype, np.floating) else np.float32
-        return (ext + weight * bonus).astype(dtype)
+        base = np.zeros_like(ext, dtype=dtype) if self.pretraining else ext
+        return (base + weight * bonus).astype(dtype)
 
     def state_dict(self) -> dict:
         """The mixer's running statistics and, under 'module', the reward module's state: one entry to save."""

@@ -64,3 +64,16 @@ def test_bad_input_is_refused():
     m.mix(np.zeros((4, 2)), torch.zeros(4, 2), 0)
     with pytest.raises(ValueError, match="was run with 2 envs and now gets 3"):
         m.mix(np.zeros((4, 3)), torch.zeros(4, 3), 0)
+
+
+def test_pretraining_uses_the_bonus_alone_and_hands_its_state_to_fine_tuning():
+    pre = mixer(beta=1.0, normalize=False, pretraining=True)
+    out = pre.mix(np.array([[5.0, -1.0]]), torch.tensor([[0.25, 0.5]]), global_step=0)
+    np.testing.assert_allclose(out, [[0.25, 0.5]])
+    pre_norm = mixer(beta=1.0, gamma=0.5, pretraining=True)
+    pre_norm.mix(np.ones((2, 1)), torch.tensor([[2.0], [2.0]]), global_step=0)
+    fine = mixer(beta=1.0, gamma=0.5)
+    fine.load_state_dict(pre_norm.state_dict())
+    out = fine.mix(np.ones((1, 1)), torch.tensor([[0.0]]), global_step=0)
+    np.testing.assert_allclose(fine.returns, [1.5])  # the intrinsic return carried over from pre-training
+    np.testing.assert_allclose(out, [[1.0]])  # extrinsic back in, zero bonus
