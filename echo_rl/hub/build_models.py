@@ -22,19 +22,37 @@ from pathlib import Path
 from echo_rl.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-# name -> (config file, overrides): the project's recipes, unchanged
+# the sample-efficiency study's shared settings (benchmarks/sample_efficiency.py SHARED, PPO's part)
+STUDY_PPO = {"num_actors": 16, "batch_size": 2048, "ppo_config.learning_rate": 1e-3, "ppo_config.num_epochs": 4,
+             "ppo_config.batch_size": 256, "ppo_config.entropy_coef": 0.01, "ppo_config.gamma": 0.99,
+             "ppo_config.gae_lambda": 0.95}
+# name -> (config file or None for the defaults, overrides): the project's recipes, unchanged
 RECIPES = {
     "ppo-doorkey-5x5": ("configs/minigrid_doorkey5x5.yaml", {"seed": 0}),
+    # the study's PPO cell (seed 0 reached 0.9 at 51k), run to its 250k budget without early stop
+    "ppo-multiroom-n2-s4": (None, {"env_name": "minigrid:MiniGrid-MultiRoom-N2-S4-v0", "agent": "ppo", "seed": 0,
+                                   "total_timesteps": 250_000, "evaluation_frequency": 0, "evaluation_episodes": 100,
+                                   "save_frequency": 0, **STUDY_PPO}),
 }
 EPISODES = 100
 
 
-def _commit() -> str:
+def _git(*args: str) -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return None
+
+
+def _machine() -> str:
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or platform.machine()
+    import os
+
+    return f"{cpu}, {os.cpu_count()} CPUs"
 
 
 def build(name: str, work_dir: Path) -> dict:
@@ -46,7 +64,8 @@ def build(name: str, work_dir: Path) -> dict:
     from echo_rl.training.trainer import EchoRLTrainer
 
     config_file, overrides = RECIPES[name]
-    config = TrainingConfig.load_yaml(ROOT / config_file).with_overrides(overrides)
+    base = TrainingConfig.load_yaml(ROOT / config_file) if config_file else TrainingConfig()
+    config = base.with_overrides(overrides)
     run_dir = work_dir / name
     metrics = asyncio.run(EchoRLTrainer(config, run_dir=run_dir, show_progress=False).train())
     out = models_dir() / f"{name}.onnx"
@@ -54,14 +73,16 @@ def build(name: str, work_dir: Path) -> dict:
     seed, num_envs = config.seed + EVAL_SEED_OFFSET, min(config.num_actors, 16)
     published = evaluate_greedy(load_policy(out), config.env_name, EPISODES, seed, num_envs, config.env_config)
     torch_greedy = evaluate_greedy(load_policy(run_dir), config.env_name, EPISODES, seed, num_envs, config.env_config)
-    sets = " ".join(f"--set {k}={v}" for k, v in overrides.items())
+    sets = " ".join(f"--set {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in overrides.items())
+    train = f"echo-rl train {f'--config {config_file} ' if config_file else ''}{sets}"
     return {"file": out.name, "sha256": hashlib.sha256(out.read_bytes()).hexdigest(), "format": "onnx",
             "agent": config.agent, "env_name": config.env_name, "env_id": meta["obs_encoding"]["env_id"],
             "env_config": dict(config.env_config), "config": config_file, "overrides": overrides,
             "total_timesteps": metrics.total_timesteps, "checkpoint": meta["checkpoint"],
-            "command": f"echo-rl train --config {config_file} {sets} && echo-rl export --format onnx "
-                       f"(python -m echo_rl.hub.build_models {name})",
-            "commit": _commit(), "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+            "command": f"{train} && echo-rl export --format onnx (python -m echo_rl.hub.build_models {name})",
+            "commit": _git("rev-parse", "HEAD") or "unknown",
+            "tree_clean": _git("status", "--porcelain", "--untracked-files=no", "echo_rl") == "",
+            "machine": _machine(),
             "published": {**published, "actions": "greedy", "seed": seed, "num_envs": num_envs},
             "pytorch_greedy": torch_greedy, "run_evaluation": {**metrics.evaluation_results, "actions": "sampled"}}
 
