@@ -70,7 +70,7 @@ def test_state_dict_round_trips_through_torch_save(name, rollout):
     torch.save(a.state_dict(), buf)
     buf.seek(0)
     b = build(name, obs_space, act_space, seed=7)  # different weights until loaded
-    b.load_state_dict(torch.load(buf, weights_only=False))
+    b.load_state_dict(torch.load(buf, weights_only=True))  # plain tensors and primitives only
     torch.testing.assert_close(a.compute(*second), b.compute(*second))
     assert a.update(*second) == b.update(*second)
     torch.testing.assert_close(a.compute(*first), b.compute(*first))
