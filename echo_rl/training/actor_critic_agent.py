@@ -75,7 +75,11 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         self.collector = VectorRolloutCollector(envs, self.num_steps, actor_seeds(config.seed, self.num_envs))
         self.env_steps = 0
         self.updates = 0
-        self.init_parts()
+        try:
+            self.init_parts()
+        except BaseException:
+            envs.close()
+            raise
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.network.parameters(), lr=self.ppo.learning_rate, eps=1e-5)

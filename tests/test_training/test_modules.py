@@ -397,3 +397,10 @@ def test_the_guide_example_runs(capsys):
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/modules.md", "exec"), {})
     assert "entropy" in capsys.readouterr().out
+
+
+def test_parts_the_echo_rl_agent_and_text_tasks_do_not_take_are_refused():
+    with pytest.raises(ConfigError, match="encoder='minigrid_cnn' is invalid: is a part of the ppo and impala agents"):
+        TrainingConfig(**SMALL, agent="echo-rl", encoder="minigrid_cnn")
+    with pytest.raises(ConfigError, match="augmentation='random_shift' is invalid: acts on vector tasks only"):
+        TrainingConfig(env_name="cruxeval", backbone="tiny", augmentation="random_shift")
