@@ -469,7 +469,8 @@ class TrainingConfig(ConfigBase):
     on-policy agents it is ``batch_size`` by definition and may be left unset.
     """
 
-    env_name: str = spec("minigrid", help="task: minigrid[:EnvId], or a full MiniGrid env id")
+    env_name: str = spec("minigrid", help="task: minigrid[:EnvId] or a full MiniGrid env id, CartPole-v1 / "
+                                          "gym:<EnvId>, minigrid-pixels:<EnvId>, atari:<Game>, or a text task")
     env_config: dict = spec(default_factory=dict, help="keyword arguments for the environment factory")
     agent: str = spec("ppo", help="learning agent")
     backbone: str | None = spec(None, help="language-model backbone for text tasks (None for vector tasks)")
