@@ -3,12 +3,13 @@
 Rollout workers are Ray actors: each owns a contiguous slice of the ``num_actors``
 envs and a copy of the policy, and collects one rollout slice per update with the
 weights version it was sent. The learner is the in-process agent's own learning
-step: the Ray agent is the configured :class:`ActorCriticAgent` subclass (PPO,
-IMPALA) whose collector is remote (:class:`RemoteCollector`), so its ``learn``,
-checkpoints and ``act`` are that agent's code, unchanged. Weights go out once per
-update (one ``ray.put``).
+step: the Ray agent is the configured agent class (PPO, IMPALA, echo-rl) whose
+collector is remote (:class:`RemoteCollector`), so its learning, checkpoints and
+``act`` are that agent's code, unchanged; a worker acts with that agent's acting
+half (``ray_acting.py``: the actor-critic sampler, or EchoRL's plan-path actor with
+its extra per-step fields). Weights go out once per update (one ``ray.put``).
 
-Seeding: worker ``j`` over envs ``[a, b)`` is an ActorCriticAgent for that slice with seed
+Seeding: worker ``j`` over envs ``[a, b)`` is that agent's acting half for that slice with seed
 ``seed + 10000·a``, so its envs get exactly the seeds the in-process backend gives
 envs ``a..b-1``; action sampling uses one generator per worker (seed + 10000·a + 1).
 With one worker the run equals the in-process run step for step.
@@ -34,10 +35,11 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.environments.minigrid_vector import actor_seeds, make_minigrid_env, make_vector_env
-from echo_rl.training.actor_critic_agent import ActorCriticAgent
+from echo_rl.distributed.ray_acting import RAY_AGENT_BASES, acting_part
+from echo_rl.environments.minigrid_vector import make_minigrid_env, make_vector_env
+from echo_rl.training.echo.agent import EchoAgent
 from echo_rl.training.ppo_agent import PPOAgent
-from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector, torch_generator
+from echo_rl.training.rollout import EpisodeStats, RolloutBuffer
 from echo_rl.utils.optional import require
 
 log = logging.getLogger("echo_rl.ray_backend")
@@ -90,15 +92,17 @@ def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
 
 
 class RolloutWorker:
-    """One Ray actor: an ActorCriticAgent over its env slice, used only to act (its network,
-    sampler and collector are the ones every vector baseline acts with)."""
+    """One Ray actor: the configured agent's acting half over its env slice (``ray_acting.acting_part``),
+    used only to act: its network, sampler and collector are the ones the in-process agent acts with."""
 
     def __init__(self, config: TrainingConfig, part: Slice):
+        from echo_rl.training.agents import agent_class
+
         torch.set_num_threads(max(1, config.torch_threads))
         self.config = slice_config(config, part)
         envs = make_vector_env(self.config.env_name, part.size, asynchronous=config.vector_env == "async",
                                **self.config.env_config)
-        self.agent = ActorCriticAgent(self.config, envs, torch.device("cpu"))
+        self.acting = acting_part(agent_class(config.agent), self.config, envs)
         self.version = -1
         self.token: int | None = None  # restart count the envs were seeded for; None until reset()
 
@@ -107,10 +111,7 @@ class RolloutWorker:
 
     def reset(self, token: int) -> None:
         """Seed the envs and the action sampler for restart count ``token`` (0: the run's start)."""
-        seed = self.config.seed + RESEED_STRIDE * token
-        envs = self.agent.collector.envs
-        self.agent.collector = VectorRolloutCollector(envs, self.agent.num_steps, actor_seeds(seed, envs.num_envs))
-        self.agent.generator = torch_generator(seed + 1)
+        self.acting.reset(self.config.seed + RESEED_STRIDE * token)
         self.token = token
 
     def collect(self, weights: dict, version: int) -> dict:
@@ -118,42 +119,41 @@ class RolloutWorker:
         if self.token is None:
             raise WorkerNotReady("rollout worker was (re)started and not seeded yet")
         if version != self.version:
-            self.agent.network.load_state_dict(weights)
+            self.acting.network.load_state_dict(weights)
             self.version = version
-        agent = self.agent
-        buf = agent.collector.collect(agent._policy, agent._value)
-        stats = agent.collector.stats
+        buf = self.acting.collect()
+        collector = self.acting.collector
+        stats = collector.stats
         out = {name: getattr(buf, name) for name in ROLLOUT_FIELDS}
-        out.update(next_obs=agent.collector.next_obs, version=version, returns=stats.returns,
-                   lengths=stats.lengths, successes=stats.successes)
-        agent.collector.stats = EpisodeStats()
+        out.update(next_obs=collector.next_obs, version=version, returns=stats.returns, lengths=stats.lengths,
+                   successes=stats.successes, extras=dict(buf.extras), context=dict(buf.context),
+                   next_observations=buf.next_observations)
+        collector.stats = EpisodeStats()
         return out
 
     def rollout_state(self) -> bytes:
         """The envs mid-episode and the sampler state (the slice's part of a checkpoint)."""
-        return pickle.dumps({"collector": self.agent.collector, "generator": self.agent.generator.get_state(),
-                             "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps({**self.acting.state(), "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
 
     def load_rollout_state(self, blob: bytes) -> None:
         state = pickle.loads(blob)
-        self.agent.collector.envs.close()
-        self.agent.collector = state["collector"]
-        self.agent.generator.set_state(state["generator"])
-        self.token = state["token"]
+        self.token = state.pop("token")
+        self.acting.load_state(state)
 
     def close(self) -> None:
-        self.agent.close()
+        self.acting.close()
 
 
 ROLLOUT_FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "final_values")
 
 
 class RemoteCollector:
-    """ActorCriticAgent's collector seam, served by Ray workers.
+    """The vector agents' collector seam (``collect(policy, value_fn)`` / ``run(actor)``), served by Ray workers.
 
-    ``collect(policy, value_fn)`` ignores the local callables: the workers act with
-    their copies of ``network``, refreshed to the learner's weights before each
-    rollout. Slices are joined along the env axis in env order.
+    The local callables or actor are ignored: the workers act with their copies of
+    ``network``, refreshed to the learner's weights before each rollout. Slices —
+    PPO's fields, the actor's extra per-step fields, next observations and per-rollout
+    context — are joined along the env axis in env order.
     """
 
     def __init__(self, network: torch.nn.Module, workers: list, slices: list[Slice], buffer: RolloutBuffer,
@@ -185,20 +185,32 @@ class RemoteCollector:
         return self._weights_ref
 
     def collect(self, policy=None, value_fn=None) -> RolloutBuffer:
+        return self.run()
+
+    def run(self, actor=None) -> RolloutBuffer:
+        """``VectorRolloutCollector.run``'s seam: the local actor is ignored, the workers act."""
         weights, version = self._weights(), self.version
         refs = [w.collect.remote(weights, version) for w in self.workers]
+        b, context = self.buffer, {}
         for j, ref in enumerate(refs):
             out = self._result(j, ref, weights, version)
             if out["version"] != version:
                 raise RuntimeError(f"Ray worker {j} returned a rollout of policy version {out['version']}, "
                                    f"expected {version}")
-            part = self.slices[j]
+            envs = slice(self.slices[j].start, self.slices[j].stop)
             for name in ROLLOUT_FIELDS:
-                getattr(self.buffer, name)[:, part.start:part.stop] = out[name]
-            self.next_obs[part.start:part.stop] = out["next_obs"]
+                getattr(b, name)[:, envs] = out[name]
+            for name, array in b.extras.items():
+                array[:, envs] = out["extras"][name]
+            if b.next_observations is not None:
+                b.next_observations[:, envs] = out["next_observations"]
+            for name, array in out["context"].items():  # env axis 1, joined in env order
+                context.setdefault(name, []).append(array)
+            self.next_obs[envs] = out["next_obs"]
             for ret, length, success in zip(out["returns"], out["lengths"], out["successes"]):
                 self.stats.add(ret, length, success)
-        return self.buffer
+        b.context = {name: np.concatenate(parts, axis=1) for name, parts in context.items()}
+        return b
 
     def _result(self, j: int, ref, weights, version: int) -> dict:
         ray = _ray()
@@ -240,7 +252,7 @@ class RemoteCollector:
 
 
 class _SpacesOnly:
-    """What ActorCriticAgent's constructor reads from its envs; the Ray learner itself steps no env."""
+    """What a vector agent's constructor reads from its envs; the Ray learner itself steps no env."""
 
     def __init__(self, observation_space, action_space, num_envs: int):
         self.single_observation_space, self.single_action_space = observation_space, action_space
@@ -389,11 +401,25 @@ class RayPPOAgent(RayAgentMixin, PPOAgent):
     """PPO with rollouts collected by Ray workers; the learning step is PPOAgent's."""
 
 
-_RAY_CLASSES: dict[type, type] = {PPOAgent: RayPPOAgent}
+class RayEchoAgent(RayAgentMixin, EchoAgent):
+    """The EchoRL agent with rollouts collected by Ray workers; model, adders and learner are EchoAgent's.
+
+    Its rollout state adds the replay's and the self-imitation store's contents to the workers'.
+    """
+
+    def rollout_state(self) -> dict:
+        return {**super().rollout_state(), "replay": self.replay_state()}
+
+    def load_rollout_state(self, state) -> None:
+        super().load_rollout_state(state)
+        self.load_replay_state(state.get("replay") or {})
+
+
+_RAY_CLASSES: dict[type, type] = {PPOAgent: RayPPOAgent, EchoAgent: RayEchoAgent}
 
 
 def ray_agent_class(base: type) -> type:
-    """``base`` (an ActorCriticAgent subclass) with its collector served by Ray workers."""
+    """``base`` (an ActorCriticAgent subclass or the EchoRL agent) with its collector served by Ray workers."""
     if base not in _RAY_CLASSES:
         _RAY_CLASSES[base] = type(f"Ray{base.__name__}", (RayAgentMixin, base),
                                   {"__doc__": f"{base.__name__} with rollouts collected by Ray workers.",
@@ -406,8 +432,8 @@ def build_ray_agent(config: TrainingConfig, device, num_workers: int | None = No
     from echo_rl.training.agents import AGENTS, agent_class
 
     base = agent_class(config.agent)
-    if not (isinstance(base, type) and issubclass(base, ActorCriticAgent)):
-        allowed = sorted(name for name in AGENTS if issubclass(agent_class(name), ActorCriticAgent))
+    if not (isinstance(base, type) and issubclass(base, RAY_AGENT_BASES)):
+        allowed = sorted(name for name in AGENTS if issubclass(agent_class(name), RAY_AGENT_BASES))
         raise ConfigError(f"TrainingConfig.agent={config.agent!r} is not supported with backend=ray yet; "
                           f"allowed: {', '.join(allowed)}")
     return ray_agent_class(base)(config, device, num_workers=num_workers, **kwargs)

@@ -55,9 +55,13 @@ def test_missing_ray_names_the_extra(monkeypatch):
         build_ray_agent(small_config(), CPU)
 
 
-def test_only_actor_critic_agents_run_on_ray():
-    with pytest.raises(ConfigError, match="agent='echo-rl'.*allowed: impala, ppo"):
-        build_ray_agent(small_config(agent="echo-rl"), CPU)
+def test_agents_without_an_acting_half_are_refused_on_ray(monkeypatch):
+    from echo_rl.training import agents
+
+    monkeypatch.setitem(agents.AGENTS, "ppo", "echo_rl.training.protocol:VectorAgentBase")
+    with pytest.raises(ConfigError, match="agent='ppo' is not supported with backend=ray yet; "
+                                          "allowed: echo-rl, impala$"):
+        build_ray_agent(small_config(), CPU)
 
 
 # -- with a local Ray -------------------------------------------------------------------------------
@@ -303,3 +307,84 @@ def test_replay_service_actor_takes_samples_from_ray_writers(local_ray):
     finally:
         local_ray.get(service.close.remote())
         local_ray.kill(service)
+
+
+# -- the EchoRL agent on Ray ------------------------------------------------------------------------
+
+ECHO_SMALL = {"planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,
+              "echo_config.sequence_length": 8, "echo_config.replay_batch_sequences": 4,
+              "echo_config.hidden_dim": 32, "replay_config.age_threshold": 16, "replay_config.max_replay_age": 64,
+              "replay_config.min_experiences": 4, "ppo_config.batch_size": 32, "ppo_config.num_epochs": 1}
+
+
+def echo_config(**changes) -> TrainingConfig:
+    """A few seconds of echo-rl with every part on: time limits inside rollouts (truncation values, window cuts)."""
+    base = dict(agent="echo-rl", batch_size=64, env_config={"max_steps": 10})
+    return small_config(**{**base, **changes}).with_overrides(ECHO_SMALL)
+
+
+@needs_ray
+def test_echo_rl_on_one_worker_reproduces_the_in_process_run(local_ray):
+    """The plan-path actor on a Ray worker, EchoAgent's learner here: the run is the in-process run."""
+    from echo_rl.training.echo import EchoAgent
+
+    cfg = echo_config()
+    local = EchoAgent(cfg.replace(backend="local"), make_vector_env(DOORKEY, cfg.num_actors, max_steps=10), CPU)
+    remote = build_ray_agent(cfg, CPU, num_workers=1)
+    try:
+        assert isinstance(remote, EchoAgent) and type(remote).__name__ == "RayEchoAgent"
+        for _ in range(3):
+            a, b = local.train_iteration(), remote.train_iteration()
+            b.pop("ray/worker_restarts")
+            assert a == b
+        assert "replay/value_loss" in a and "loss/plan_kl" in a
+        for p, q in zip(local.lpo.modules().parameters(), remote.lpo.modules().parameters()):
+            assert torch.equal(p, q)
+    finally:
+        remote.close()
+        local.close()
+
+
+@needs_ray
+def test_echo_rl_two_workers_join_plans_windows_and_replay_state(local_ray):
+    """Per update, each slice's extra fields (episode ids, plan noise and means, next observations, the k states
+    before the rollout) land at its envs; the rollout state carries the workers and the replay."""
+    from echo_rl.distributed.ray_acting import EchoActing
+    from echo_rl.distributed.ray_backend import slice_config
+
+    cfg = echo_config()
+    remote = build_ray_agent(cfg, CPU, num_workers=2)
+    twins = []
+    for part in worker_slices(cfg.num_actors, 2):
+        sub = slice_config(cfg, part)
+        twins.append(EchoActing(sub, make_vector_env(DOORKEY, part.size, max_steps=10)))
+    try:
+        for twin in twins:
+            twin.reset(twin.config.seed)
+        for _ in range(2):
+            weights = copy.deepcopy(remote.network.state_dict())
+            remote.train_iteration()
+            bufs = []
+            for twin in twins:
+                twin.network.load_state_dict(weights)
+                bufs.append(twin.collect())
+            got = remote.collector.buffer
+            for name in ("ep", "eps", "plan_mean"):
+                joined = np.concatenate([b.extras[name] for b in bufs], axis=1)
+                np.testing.assert_array_equal(got.extras[name], joined, err_msg=name)
+            np.testing.assert_array_equal(got.next_observations,
+                                          np.concatenate([b.next_observations for b in bufs], axis=1))
+            for name in ("ctx_obs", "ctx_ep", "next_ep"):
+                joined = np.concatenate([b.context[name] for b in bufs], axis=1)
+                np.testing.assert_array_equal(got.context[name], joined, err_msg=name)
+        assert got.extras["ep"].max() > 0  # episodes ended inside the rollouts
+        state = remote.rollout_state()
+        assert state["backend"] == "ray" and len(state["workers"]) == 2
+        assert state["replay"]["replay_npz"] is not None and len(remote.replay) > 0
+        size = len(remote.replay)
+        remote.load_rollout_state(state)
+        assert len(remote.replay) == size
+    finally:
+        for twin in twins:
+            twin.close()
+        remote.close()
