@@ -28,6 +28,7 @@ class TaskFormat:
     example: str  # a one-shot task in the environment's wording ("" when the task has its own few-shot)
     answer: str  # the reply the example wants
     thought: str = ""  # ReAct's example thought before the answer ("" : none)
+    more: tuple[tuple[str, str], ...] = ()  # multi-step tasks: the example's later (observation, action) turns
     multiline: bool = False  # replies may span lines (ARC grids)
     stop: tuple[str, ...] = ("\n",)
     max_tokens: int = 48
@@ -39,13 +40,17 @@ class TaskFormat:
         turns = [{"role": "user", "content": self.example}]
         if mode == "react" and self.thought:
             turns += [{"role": "assistant", "content": f"think: {self.thought}"}, {"role": "user", "content": "OK."}]
-        return turns + [{"role": "assistant", "content": self.answer}]
+        turns.append({"role": "assistant", "content": self.answer})
+        for obs, action in self.more:
+            turns += [{"role": "user", "content": obs}, {"role": "assistant", "content": action}]
+        return turns
 
     def example_text(self) -> str:
         """The example as plain text, for prompts that are not a chat of turns (ToT's propose/value prompts)."""
         if not self.example:
             return ""
-        return f"Example task:\n{self.example}\nExample answer:\n{self.answer}"
+        steps = "".join(f"\n{obs}\n> {action}" for obs, action in self.more)
+        return f"Example task:\n{self.example}\nExample answer:\n{self.answer}{steps}"
 
 
 _CRUX_O = TaskFormat(
@@ -95,6 +100,18 @@ _WEBSHOP = TaskFormat(
              "than 30.00 dollars [SEP] Search"),
     answer="search[blue cotton t-shirt large]",
     thought="I should search for the product with its main attributes.",
+    more=(("Instruction: [SEP] Find me a blue cotton t-shirt in size large, and price lower than 30.00 dollars "
+           "[SEP] Back to Search [SEP] Page 1 (Total results: 2) [SEP] Next > [SEP] B0EXAMPLE1 [SEP] Cotton "
+           "Crew T-Shirt Blue [SEP] $18.50 [SEP] B0EXAMPLE2 [SEP] Wool Sweater Grey [SEP] $45.00",
+           "click[B0EXAMPLE1]"),
+          ("Instruction: [SEP] Find me a blue cotton t-shirt in size large, and price lower than 30.00 dollars "
+           "[SEP] Back to Search [SEP] < Prev [SEP] size [SEP] medium [SEP] large [SEP] Cotton Crew T-Shirt Blue "
+           "[SEP] Price: $18.50 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now",
+           "click[large]"),
+          ("Instruction: [SEP] Find me a blue cotton t-shirt in size large, and price lower than 30.00 dollars "
+           "[SEP] Back to Search [SEP] < Prev [SEP] size [SEP] medium [SEP] large [SEP] Cotton Crew T-Shirt Blue "
+           "[SEP] Price: $18.50 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now",
+           "click[Buy Now]")),
     max_tokens=48)
 
 _ALFWORLD = TaskFormat(  # the ReAct paper's two few-shot games stand in for the one-shot example

@@ -1,0 +1,167 @@
+"""The baseline table: ReAct, Act-only and ToT with one backbone on every text task, one `echo-rl benchmark` per cell.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/baseline_table.py            # smollm2-135m, the default counts
+    .venv/bin/python benchmarks/baseline_table.py --dry-run                    # print the commands only
+
+Each cell (task x method) is one ``echo-rl benchmark`` command, run as a
+subprocess exactly as printed, into its own run directory (rerunning resumes:
+finished cells are kept). The table — Success@1 with a 95% Wilson interval
+over the cell's episodes (one seed, so there is no bootstrap over seeds),
+ETPS and Cost/Success — goes to ``OUTPUT_DIR/table.md`` and ``table.json``,
+each row with its command. Cost is the benchmark's: measured process CPU time
+priced at ``cpu_hour_usd`` (a configuration value, stated in the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from echo_rl.evaluation.records import CellStore
+from echo_rl.evaluation.statistics import wilson_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [str(Path(sys.executable).parent / "echo-rl"), "benchmark"]
+METHODS = ("react", "act", "tot")
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str  # as shown in the table
+    task: str  # the benchmark's task name
+    max_steps: int  # the step cap every method meets (thoughts and ToT depths count against it)
+    task_config: dict = field(default_factory=dict)
+
+
+ROWS = (
+    Row("ALFWorld valid_unseen", "alfworld", 30, {"split": "valid_unseen", "expert": False}),
+    Row("CRUXEval-O (output prediction)", "cruxeval", 4, {"task": "output"}),
+    Row("CRUXEval-I (input prediction)", "cruxeval", 4, {"task": "input"}),
+    Row("ARC evaluation", "arc", 4, {"split": "evaluation"}),
+    Row("MiniGrid-as-text Empty-Random-5x5", "minigrid:MiniGrid-Empty-Random-5x5-v0", 20),
+    Row("WebShop (synthetic catalogue)", "webshop", 15),
+)
+
+
+def slug(row: Row) -> str:
+    return "".join(c if c.isalnum() else "-" for c in row.label.split(" (")[0].lower()).strip("-")
+
+
+def command(row: Row, method: str, backbone: str, episodes: int, concurrency: int, out: Path) -> list[str]:
+    cmd = [*CLI, "--tasks", row.task, "--baselines", method, "--backbones", backbone, "--num-seeds", "1",
+           "--num-episodes", str(episodes), "--max-steps", str(row.max_steps), "--concurrency", str(concurrency),
+           "--no-plots", "--output-dir", str(out)]
+    for k, v in row.task_config.items():
+        cmd += ["--set", f"task_configs.{row.task}.{k}={json.dumps(v) if isinstance(v, bool) else v}"]
+    return cmd
+
+
+def cell_row(row: Row, method: str, cmd: list[str], out: Path) -> dict:
+    records = [r for r in CellStore(out).records() if r["method"] == method]
+    shown = " ".join(shlex.quote(c) for c in ["echo-rl", *cmd[1:]])
+    base = {"task": row.label, "method": method, "command": shown}
+    if not records:
+        return {**base, "status": "not run"}
+    rec = records[0]
+    if rec["status"] != "ok":
+        return {**base, "status": rec["status"], "reason": rec.get("reason", "")}
+    m = rec["metrics"]
+    n, k = int(m["num_episodes"]), int(round(m["successes"]))
+    lo, hi = wilson_interval(k, n)
+    notes = rec.get("notes") or {}
+    return {**base, "status": "ok", "episodes": n, "successes": k, "success_at_1": m["success_at_1"],
+            "ci95": [lo, hi], "etps": m["etps"], "cost_usd": m["cost_usd"], "cost_per_success": m["cost_per_success"],
+            "tokens_per_episode": m["tokens_per_episode"], "wall_time_s": m["wall_time_s"],
+            "cpu_time_s": m["cpu_time_s"], "rss_mb_peak": (rec.get("resources") or {}).get("rss_mb_peak"),
+            "kv_reuse": (notes.get("engine") or {}).get("kv_reuse_rate"),
+            "episode_errors": notes.get("num_episode_errors", 0), "benchmark": notes.get("benchmark")}
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [f"Backbone `{meta['backbone']}`; commit {meta['commit']}; {meta['cpu']}; one seed; "
+             f"compute priced at ${meta['cpu_hour_usd']}/CPU-hour of measured process CPU time.", "",
+             "| Task | Method | Success@1 (95% CI) | ETPS | Cost/Success | Episodes | KV reuse | Wall (s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"| {r['task']} | {r['method']} | {r['status']}: {r.get('reason', '')} | | | | | |")
+            continue
+        cps = "n/a (0 successes)" if r["cost_per_success"] is None else f"${r['cost_per_success']:.5f}"
+        kv = "" if r["kv_reuse"] is None else f"{r['kv_reuse']:.2f}"
+        lines.append(f"| {r['task']} | {r['method']} | {r['successes']}/{r['episodes']} = {r['success_at_1']:.2f} "
+                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['etps']:.1f} | {cps} | {r['episodes']} | {kv} | "
+                     f"{r['wall_time_s']:.0f} |")
+    lines += ["", "Commands (one per cell, in table order):", "", "```"]
+    lines += [r["command"] for r in rows]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _cpu() -> str:
+    try:
+        model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    import os
+
+    return f"{model}, {os.cpu_count()} vCPU"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backbone", default="smollm2-135m")
+    ap.add_argument("--episodes", type=int, default=30, help="episodes per ReAct / Act-only cell")
+    ap.add_argument("--tot-episodes", type=int, default=10, help="episodes per ToT cell (each costs ~6 calls a step)")
+    ap.add_argument("--episodes-for", action="append", default=[], metavar="TASK=N",
+                    help="episodes for one row's ReAct/Act cells (row slug, e.g. alfworld-valid-unseen=20)")
+    ap.add_argument("--concurrency", type=int, default=10, help="episodes in flight per cell")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--rows", nargs="+", help="row slugs to run (default all): " + ", ".join(slug(r) for r in ROWS))
+    ap.add_argument("--output-dir", default="runs/baseline_table")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = ap.parse_args()
+    overrides = dict(kv.split("=", 1) for kv in args.episodes_for)
+    rows = [r for r in ROWS if not args.rows or slug(r) in args.rows]
+    if args.rows and len(rows) != len(args.rows):
+        ap.error(f"--rows: unknown slug in {args.rows}; allowed: {', '.join(slug(r) for r in ROWS)}")
+    out_root = Path(args.output_dir)
+    table = []
+    for row in rows:
+        for method in args.methods:
+            n = args.tot_episodes if method == "tot" else int(overrides.get(slug(row), args.episodes))
+            out = out_root / f"{slug(row)}__{method}"
+            cmd = command(row, method, args.backbone, n, args.concurrency, out)
+            print(" ".join(shlex.quote(c) for c in cmd), flush=True)
+            if not args.dry_run:
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+                tail = (proc.stderr.strip().splitlines() or [""])[-1]
+                print(f"  -> rc {proc.returncode} in {time.perf_counter() - t0:.0f}s: {tail}", flush=True)
+            table.append(cell_row(row, method, cmd, out))
+    if args.dry_run:
+        return 0
+    meta = {"backbone": args.backbone, "commit": _commit(), "cpu": _cpu(), "cpu_hour_usd": 0.05}
+    out_root.mkdir(parents=True, exist_ok=True)
+    (out_root / "table.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2))
+    (out_root / "table.md").write_text(markdown(table, meta))
+    print(markdown(table, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
