@@ -388,3 +388,25 @@ def test_echo_rl_two_workers_join_plans_windows_and_replay_state(local_ray):
         for twin in twins:
             twin.close()
         remote.close()
+
+
+@needs_ray
+def test_echo_rl_trains_and_resumes_exactly_through_the_trainer_on_ray(local_ray, tmp_path):
+    """``train --agent echo-rl --backend ray``: the trainer's agent seam, checkpoints (workers' envs and windows,
+    the replay, the self-imitation store) and a resume that continues the run exactly."""
+    import asyncio
+    import shutil
+
+    from echo_rl.training.trainer import EchoRLTrainer
+
+    cfg = echo_config(total_timesteps=192, evaluation_frequency=0, evaluation_episodes=2, save_frequency=64)
+    first = EchoRLTrainer(cfg, run_dir=tmp_path / "run", show_progress=False)
+    assert asyncio.run(first.train()).total_timesteps == 192
+    assert type(first.agent).__name__ == "RayEchoAgent" and len(first.agent.replay) > 0
+    expected = first.agent.state_dict()["lpo"]
+    newest = first.run.checkpoints()[0]
+    shutil.rmtree(newest)  # resume from the checkpoint before it
+    second = EchoRLTrainer(cfg, run_dir=tmp_path / "run", resume=True, show_progress=False)
+    assert asyncio.run(second.train()).total_timesteps == 192
+    assert second.agent.updates == first.agent.updates == 3
+    assert same_weights(expected["modules"], second.agent.state_dict()["lpo"]["modules"])
