@@ -9,7 +9,6 @@ import gymnasium as gym, minigrid, numpy as np, onnxruntime as ort  # noqa: F401
 
 path, *rest = sys.argv[1:]
 episodes, seed, num_envs = (int(a) for a in rest + ["100", "1000000", "16"][len(rest):])
-num_envs = min(num_envs, episodes)
 sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 meta = json.loads(sess.get_modelmeta().custom_metadata_map["echo_rl"])
 enc, k, width = meta["obs_encoding"], meta["window"], max(meta["window"], 1)
@@ -22,7 +21,7 @@ def encode(o):  # image indices, direction, bag of mission words: the layout the
     return np.concatenate([o["image"].reshape(-1), [o["direction"]], bag]).astype(np.uint8)[None]
 
 env, results = gym.make(enc["env_id"], **enc["env_config"]), []
-for i in range(num_envs):
+for i in range(num_envs := min(num_envs, episodes)):
     obs, _ = env.reset(seed=seed + 10_000 * i)
     for _ in range(episodes // num_envs + (i < episodes % num_envs)):
         window, mask = np.zeros((1, width, meta["obs_dim"]), np.uint8), np.zeros((1, width), bool)

@@ -48,7 +48,10 @@ def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any
         raise ConfigError(f"{flag} {run_dir}: agent {config.agent!r} cannot be exported yet; "
                           f"export supports {', '.join(VECTOR_AGENTS)}")
     payload, name = newest_payload(run_dir, config, flag)
-    one = config.with_overrides({"num_actors": 1, "backend": "local", "vector_env": "sync", "device": "cpu"})
+    acting = {"num_actors": 1, "backend": "local", "vector_env": "sync", "device": "cpu"}
+    if config.agent == "echo-rl":  # learner-side buffers (the replay preallocates GBs) hold no acting weights
+        acting.update({"echo_config.replay_updates": 0, "echo_config.self_imitation_updates": 0})
+    one = config.with_overrides(acting)
     agent = build_agent(one, torch.device("cpu"))
     try:
         agent.load_state_dict(payload["state"])

@@ -4,8 +4,6 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("onnxruntime", reason="export tests need pip install 'echo-rl[export]'")
-
 
 def _train(run_dir, agent, **extra):
     import torch
@@ -32,4 +30,4 @@ def ppo_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def echo_run(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("export") / "echo", "echo-rl", **{
-        "echo_config.replay_updates": 0, "echo_config.self_imitation_updates": 2})
+        "echo_config.sequence_length": 16, "replay_config.max_replay_age": 256, "echo_config.self_imitation_updates": 2})

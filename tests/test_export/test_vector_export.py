@@ -2,12 +2,14 @@
 
 import numpy as np
 import pytest
-import torch
 
-from echo_rl.config import ConfigError
-from echo_rl.export.loading import load_policy
-from echo_rl.export.parity import compare, record_observations
-from echo_rl.export.vector import export_vector_run
+pytest.importorskip("onnxruntime", reason="ONNX export needs pip install 'echo-rl[export]'")
+import torch  # noqa: E402
+
+from echo_rl.config import ConfigError  # noqa: E402
+from echo_rl.export.loading import load_policy  # noqa: E402
+from echo_rl.export.parity import compare, record_observations  # noqa: E402
+from echo_rl.export.vector import export_vector_run  # noqa: E402
 
 ENV = "minigrid:MiniGrid-DoorKey-5x5-v0"
 
