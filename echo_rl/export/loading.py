@@ -103,12 +103,12 @@ class Policy:
         """Forget the plan windows (a new set of episodes)."""
         self._states = self._mask = None
 
-    def _batch(self, obs: Any) -> tuple[np.ndarray, bool]:
-        if isinstance(obs, dict):
-            obs = [obs]
-            single = True
-        else:
-            single = isinstance(obs, np.ndarray) and obs.ndim == 1
+    @staticmethod
+    def _single(obs: Any) -> bool:
+        return isinstance(obs, dict) or (isinstance(obs, np.ndarray) and obs.ndim == 1)
+
+    def _batch(self, obs: Any) -> np.ndarray:
+        obs = [obs] if isinstance(obs, dict) else obs
         if isinstance(obs, (list, tuple)) and obs and isinstance(obs[0], dict):
             if not self.meta.get("obs_encoding"):
                 raise ValueError(f"{self.meta['env_name']} observations are arrays; dict observations are MiniGrid's")
@@ -119,12 +119,12 @@ class Policy:
         if arr.ndim != 2 or arr.shape[1] != self.meta["obs_dim"]:
             raise ValueError(f"observations must be [batch, {self.meta['obs_dim']}] (or one [{self.meta['obs_dim']}],"
                              f" or MiniGrid dicts), got shape {arr.shape}")
-        return arr.astype(self.meta.get("obs_dtype", "uint8")), single
+        return arr.astype(self.meta.get("obs_dtype", "uint8"))
 
     def logits_and_values(self, obs: Any, episode_start: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Action logits ``[B, A]`` and values ``[B]``. With a plan window, ``episode_start[i]`` True where
         ``obs[i]`` begins an episode; without it each plan reads ``obs`` alone (as ``EchoAgent.act``)."""
-        arr, _ = self._batch(obs)
+        arr = self._batch(obs)
         inputs = {"obs": arr}
         if self.window:
             n, k = len(arr), self.window
@@ -152,8 +152,7 @@ class Policy:
             p = np.exp(logits - logits.max(-1, keepdims=True))
             p /= p.sum(-1, keepdims=True)
             actions = (p.cumsum(-1) > self._rng.random((len(p), 1))).argmax(-1)
-        single = isinstance(obs, dict) or (isinstance(obs, np.ndarray) and obs.ndim == 1)
-        return int(actions[0]) if single else actions
+        return int(actions[0]) if self._single(obs) else actions
 
 
 def load_policy(path_or_name: str | Path) -> Policy:

@@ -111,3 +111,16 @@ def test_untrained_and_unknown_runs_are_config_errors(tmp_path, ppo_run):
         export_vector_run(ppo_run, "tflite")
     with pytest.raises(ConfigError, match="allowed: int8"):
         export_vector_run(ppo_run, "onnx", quantize="int4")
+
+
+def test_sampled_actions_follow_the_policy_and_are_seeded(ppo_run, ppo_recording):
+    policy = load_policy(ppo_run)
+    obs = np.repeat(ppo_recording[0][0][:1], 4000, axis=0)
+    logits = policy.logits_and_values(obs[:1])[0][0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    policy.seed(1)
+    first = policy.act(obs, deterministic=False)
+    policy.seed(1)
+    np.testing.assert_array_equal(first, policy.act(obs, deterministic=False))
+    freq = np.bincount(first, minlength=len(probs)) / len(first)
+    assert np.abs(freq - probs).max() < 0.03
