@@ -37,16 +37,19 @@ class Row:
     label: str  # as shown in the table
     task: str  # the benchmark's task name
     max_steps: int  # the step cap every method meets (thoughts and ToT depths count against it)
+    episodes: int  # per ReAct / Act-only cell
+    tot_episodes: int  # per ToT cell (a ToT step is 1 propose + `breadth` value calls)
     task_config: dict = field(default_factory=dict)
 
 
+# Episode counts and step caps sized so the whole table runs in well under an hour on two shared CPU cores.
 ROWS = (
-    Row("ALFWorld valid_unseen", "alfworld", 30, {"split": "valid_unseen", "expert": False}),
-    Row("CRUXEval-O (output prediction)", "cruxeval", 4, {"task": "output"}),
-    Row("CRUXEval-I (input prediction)", "cruxeval", 4, {"task": "input"}),
-    Row("ARC evaluation", "arc", 4, {"split": "evaluation"}),
-    Row("MiniGrid-as-text Empty-Random-5x5", "minigrid:MiniGrid-Empty-Random-5x5-v0", 20),
-    Row("WebShop (synthetic catalogue)", "webshop", 15),
+    Row("CRUXEval-O (output prediction)", "cruxeval", 4, 20, 6, {"task": "output"}),
+    Row("CRUXEval-I (input prediction)", "cruxeval", 4, 20, 6, {"task": "input"}),
+    Row("MiniGrid-as-text Empty-Random-5x5", "minigrid:MiniGrid-Empty-Random-5x5-v0", 15, 16, 4),
+    Row("WebShop (synthetic catalogue)", "webshop", 10, 8, 3),
+    Row("ARC evaluation", "arc", 2, 8, 3, {"split": "evaluation"}),
+    Row("ALFWorld valid_unseen", "alfworld", 20, 8, 2, {"split": "valid_unseen", "expert": False}),
 )
 
 
@@ -54,10 +57,11 @@ def slug(row: Row) -> str:
     return "".join(c if c.isalnum() else "-" for c in row.label.split(" (")[0].lower()).strip("-")
 
 
-def command(row: Row, method: str, backbone: str, episodes: int, concurrency: int, out: Path) -> list[str]:
+def command(row: Row, method: str, backbone: str, episodes: int, concurrency: int, out: Path,
+            timeout: float) -> list[str]:
     cmd = [*CLI, "--tasks", row.task, "--baselines", method, "--backbones", backbone, "--num-seeds", "1",
            "--num-episodes", str(episodes), "--max-steps", str(row.max_steps), "--concurrency", str(concurrency),
-           "--no-plots", "--output-dir", str(out)]
+           "--timeout", f"{timeout:g}", "--no-plots", "--output-dir", str(out)]
     for k, v in row.task_config.items():
         cmd += ["--set", f"task_configs.{row.task}.{k}={json.dumps(v) if isinstance(v, bool) else v}"]
     return cmd
@@ -125,17 +129,15 @@ def _cpu() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backbone", default="smollm2-135m")
-    ap.add_argument("--episodes", type=int, default=30, help="episodes per ReAct / Act-only cell")
-    ap.add_argument("--tot-episodes", type=int, default=10, help="episodes per ToT cell (each costs ~6 calls a step)")
-    ap.add_argument("--episodes-for", action="append", default=[], metavar="TASK=N",
-                    help="episodes for one row's ReAct/Act cells (row slug, e.g. alfworld-valid-unseen=20)")
-    ap.add_argument("--concurrency", type=int, default=10, help="episodes in flight per cell")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every row's episode counts (>= 1 episode)")
+    ap.add_argument("--concurrency", type=int, default=16, help="episodes in flight per cell")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds one cell may run (then it is reported "
+                                                                "as timed out, not scored)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--rows", nargs="+", help="row slugs to run (default all): " + ", ".join(slug(r) for r in ROWS))
     ap.add_argument("--output-dir", default="runs/baseline_table")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args()
-    overrides = dict(kv.split("=", 1) for kv in args.episodes_for)
     rows = [r for r in ROWS if not args.rows or slug(r) in args.rows]
     if args.rows and len(rows) != len(args.rows):
         ap.error(f"--rows: unknown slug in {args.rows}; allowed: {', '.join(slug(r) for r in ROWS)}")
@@ -143,9 +145,9 @@ def main() -> int:
     table = []
     for row in rows:
         for method in args.methods:
-            n = args.tot_episodes if method == "tot" else int(overrides.get(slug(row), args.episodes))
+            n = max(1, round((row.tot_episodes if method == "tot" else row.episodes) * args.scale))
             out = out_root / f"{slug(row)}__{method}"
-            cmd = command(row, method, args.backbone, n, args.concurrency, out)
+            cmd = command(row, method, args.backbone, n, args.concurrency, out, args.timeout)
             print(" ".join(shlex.quote(c) for c in cmd), flush=True)
             if not args.dry_run:
                 t0 = time.perf_counter()

@@ -85,7 +85,7 @@ class TreeOfThoughtsAgent(TextAgent):
             raise ConfigError(f"lookahead={lookahead!r} is invalid: allowed: {', '.join(LOOKAHEAD)}")
         self.breadth, self.beam, self.value_samples, self.lookahead = breadth, beam, value_samples, lookahead
         self.few_shot = few_shot
-        self.max_tokens = max_tokens or min(self.format.max_tokens * breadth, 1024)
+        self.max_tokens = max_tokens or min(self.format.max_tokens * breadth, 192 if not self.multiline else 1024)
         self.temperature, self.value_temperature = temperature, value_temperature
 
     # -- prompts -------------------------------------------------------------------
@@ -115,7 +115,7 @@ class TreeOfThoughtsAgent(TextAgent):
         self._calls += 1
         reply = await achat(self.backbone, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ask}],
                             max_tokens=self.max_tokens, temperature=self.temperature,
-                            seed=turn_seed(self._seed, self._calls))
+                            stop=() if self.multiline else ("\n\n",), seed=turn_seed(self._seed, self._calls))
         self.episode_usage = self.episode_usage + reply.usage
         out: list[str] = []
         pieces = re.split(rf"(?m)^\s*{SEPARATOR}\s*$", reply.text) if self.multiline else reply.text.splitlines()

@@ -11,7 +11,7 @@ from echo_rl.agents.runner import EpisodeJob, run_episodes
 from echo_rl.config import ConfigError
 from echo_rl.models import ScriptedBackbone
 from echo_rl.models.backbone import Backbone, Completion, Usage
-from tests.test_agents.corridor_env import CorridorEnv
+from corridor_env import CorridorEnv
 
 
 class _AsyncBackbone(Backbone):
