@@ -142,6 +142,7 @@ def main() -> int:
     if args.rows and len(rows) != len(args.rows):
         ap.error(f"--rows: unknown slug in {args.rows}; allowed: {', '.join(slug(r) for r in ROWS)}")
     out_root = Path(args.output_dir)
+    meta = {"backbone": args.backbone, "commit": _commit(), "cpu": _cpu(), "cpu_hour_usd": 0.05}  # code as run
     table = []
     for row in rows:
         for method in args.methods:
@@ -157,7 +158,6 @@ def main() -> int:
             table.append(cell_row(row, method, cmd, out))
     if args.dry_run:
         return 0
-    meta = {"backbone": args.backbone, "commit": _commit(), "cpu": _cpu(), "cpu_hour_usd": 0.05}
     out_root.mkdir(parents=True, exist_ok=True)
     (out_root / "table.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2))
     (out_root / "table.md").write_text(markdown(table, meta))
