@@ -16,12 +16,13 @@ from echo_rl.hub import models  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_ppo_doorkey_reaches_its_published_success_by_name():
-    assert "ppo-doorkey-5x5" in models.names()
-    entry = models.info("ppo-doorkey-5x5")
+@pytest.mark.parametrize("name", ["ppo-doorkey-5x5", "ppo-multiroom-n2-s4"])
+def test_hub_model_reaches_its_published_success_by_name(name):
+    assert name in models.names()
+    entry = models.info(name)
     pub = entry["published"]
     assert pub["episodes"] == 100 and pub["actions"] == "greedy"
-    got = models.evaluate("ppo-doorkey-5x5")  # load_policy("hub:ppo-doorkey-5x5") on the published episodes
+    got = models.evaluate(name)  # load_policy("hub:ppo-doorkey-5x5") on the published episodes
     assert got["success_rate"] == pub["success_rate"] and got["avg_reward"] == pytest.approx(pub["avg_reward"])
     # the trained run's own (sampled) evaluation and its PyTorch greedy evaluation agree with the file
     assert pub["success_rate"] >= entry["run_evaluation"]["success_rate"] - 0.05
@@ -29,11 +30,12 @@ def test_ppo_doorkey_reaches_its_published_success_by_name():
     assert pub["success_rate"] >= 0.9
 
 
-def test_standalone_script_reaches_the_published_success():
-    entry = models.info("ppo-doorkey-5x5")
+@pytest.mark.parametrize("name", ["ppo-doorkey-5x5", "ppo-multiroom-n2-s4"])
+def test_standalone_script_reaches_the_published_success(name):
+    entry = models.info(name)
     pub = entry["published"]
     r = subprocess.run([sys.executable, "-I", str(ROOT / "examples" / "standalone_policy.py"),
-                        str(models.path("ppo-doorkey-5x5")), str(pub["episodes"]), str(pub["seed"]),
+                        str(models.path(name)), str(pub["episodes"]), str(pub["seed"]),
                         str(pub["num_envs"])], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout)
@@ -49,7 +51,7 @@ def test_a_damaged_or_unknown_model_is_one_clear_error(tmp_path, monkeypatch):
     try:
         with pytest.raises(ConfigError, match="does not match its recorded SHA-256"):
             models.path("ppo-doorkey-5x5")
-        with pytest.raises(ConfigError, match="unknown hub model 'nope'; allowed: ppo-doorkey-5x5"):
+        with pytest.raises(ConfigError, match="unknown hub model 'nope'; allowed: ppo-doorkey-5x5, ppo-multiroom"):
             models.info("nope")
     finally:
         models._index.cache_clear()
@@ -60,4 +62,4 @@ def test_build_models_refuses_unknown_names(capsys):
 
     assert main(["ppo-nowhere"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "allowed: ppo-doorkey-5x5" in err
+    assert len(err.splitlines()) == 1 and "allowed: ppo-doorkey-5x5, ppo-multiroom-n2-s4" in err
