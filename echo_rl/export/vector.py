@@ -13,6 +13,7 @@ stay float.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import warnings
@@ -62,7 +63,12 @@ def export_onnx(graph: nn.Module, meta: dict, out: Path, quantize: str | None = 
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             src = Path(tmp) / "int8.onnx"
-            quantize_dynamic(str(raw), str(src), weight_type=QuantType.QInt8)
+            root = logging.getLogger()
+            level, root.level = root.level, logging.ERROR  # its "consider pre-processing" notice is for CNNs
+            try:
+                quantize_dynamic(str(raw), str(src), weight_type=QuantType.QInt8)
+            finally:
+                root.setLevel(level)
         model = onnx.load(str(src))
         del model.metadata_props[:]
         entry = model.metadata_props.add()
