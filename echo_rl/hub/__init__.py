@@ -8,3 +8,7 @@
   ``echo_rl.load_policy``;
 - ``python -m echo_rl.hub.apps.ppo_minigrid --env-id ...``: one-line training apps.
 """
+
+from echo_rl.hub import models, scores  # noqa: E402,F401  (both light: json and importlib.resources)
+
+__all__ = ["models", "scores"]
