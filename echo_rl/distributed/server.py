@@ -199,11 +199,13 @@ class ReplayServer:
         self.close()
 
     # ------------------------------------------------------------ learner API
-    def sample(self, n: int, timeout: float | None = None, beta: float | None = None, out=None) -> Batch:
+    def sample(self, n: int, timeout: float | None = None, beta: float | None = None, out=None,
+               copy: bool = True) -> Batch:
         """Draw a batch of n once the buffer is ready; waits (GIL released) up to ``timeout`` seconds.
 
         ``out``: the learner's preallocated (or pinned) arrays, filled in place (see the buffer's
-        ``sample``); ``Batch.data`` is then ``out``."""
+        ``sample``); ``Batch.data`` is then ``out``. ``copy=False``: a FIFO batch that does not wrap
+        is returned as views into the ring (see the buffer's ``sample`` and ``view_valid``)."""
         t0 = time.monotonic()
         deadline = None if timeout is None else t0 + timeout
         with self._ready:
@@ -218,7 +220,7 @@ class ReplayServer:
             left = None if deadline is None else deadline - time.monotonic()
             try:
                 kw = {"timeout": max(0.0, min(0.2, left if left is not None else 0.2))} if limited else {}
-                batch = self.buffer.sample(n, beta=beta, out=out, **kw)
+                batch = self.buffer.sample(n, beta=beta, out=out, copy=copy, **kw)
                 break
             except RateLimited:
                 if left is not None and left <= 0.2:

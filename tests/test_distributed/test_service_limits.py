@@ -75,3 +75,16 @@ def test_bad_checkpoint_settings_are_refused():
         ReplayServer(buf, checkpoint_path="x.npz", checkpoint_every=0)
     with pytest.raises(ValueError, match="needs a path"):
         ReplayServer(buf).checkpoint()
+
+
+def test_server_hands_fifo_batches_to_the_learner_as_views_into_the_ring():
+    buf = PrioritizedReplayBuffer(256, example=example(), sampler="fifo")
+    with ReplayServer(buf) as srv:
+        with ReplayClient(srv.address, example(), transport="shm") as c:
+            c.send_batch(make_batch(6, 0, 100))
+            assert c.flush(wait=True, timeout=20)
+        b = srv.sample(64, timeout=10, copy=False)
+        assert b.view and buf.view_valid(b)
+        assert any(np.shares_memory(b.data["obs"], leaf) for leaf in buf._storage)
+        np.testing.assert_array_equal(b.data["action"][:, 0], 6_000_000 + np.arange(64))
+        np.testing.assert_array_equal(b.data["obs"][:, 1], np.arange(64, dtype=np.float32))
