@@ -77,3 +77,34 @@ def test_eval_cli_one_line_error(monkeypatch, capsys):
     code = main(["eval", "--task", "arc", "--agent", "react", "--backbone", "gpt-4o", "--episodes", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "OPENAI_API_KEY" in err and len(err.splitlines()) == 1
+
+
+def test_cruxeval_answers_are_unwrapped_but_never_repaired(shared_data):
+    """The expert's reference answer in a fenced block scores; the function copied back is refused, not run."""
+    from echo_rl.environments.registry import make_env
+
+    env = make_env("cruxeval", task="output")
+    fenced = ScriptedBackbone(lambda m: f"Answer:\n```python\n{env.expert_action()}\n```")
+    env.reset(seed=0, options={"task_index": 0})  # the scripted reply reads this env's current sample
+    from echo_rl.agents.react import ReActAgent
+
+    for i in range(3):
+        res = ReActAgent(fenced, task="cruxeval", mode="act").run_episode(env, seed=i, options={"task_index": i})
+        assert res.success and res.steps == 1
+    copier = ScriptedBackbone(lambda m: "def f(text):\n    return text")
+    res = ReActAgent(copier, task="cruxeval", mode="act").run_episode(env, seed=0, max_steps=2)
+    assert not res.success and res.reward == 0.0
+    assert "not a Python expression" in res.trajectory[2]["text"]
+
+
+def test_eval_cli_passes_env_options_and_concurrency(tmp_path, shared_data, capsys):
+    from echo_rl.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["eval", "--task", "cruxeval", "--agent", "act", "--backbone", "expert", "--episodes", "3",
+                 "--set", "task=input", "--concurrency", "2", "--output", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["successes"] == 3 and r["concurrency"] == 2 and r["tokens_per_second"] is not None
+    capsys.readouterr()
+    assert main(["eval", "--task", "cruxeval", "--agent", "act", "--backbone", "expert", "--concurrency", "0"]) == 2
+    assert "--concurrency=0 is invalid: must be >= 1" in capsys.readouterr().err
