@@ -287,3 +287,23 @@ def test_replay_too_big_for_checkpoints_warns_once_when_built(monkeypatch):
         warnings.simplefilter("error")
         assert a.rollout_state().replay_npz is None
         assert make_agent(**{"echo_config.replay_updates": 0}).replay is None  # no replay, nothing to say
+
+
+def test_collector_carries_the_actors_fields_next_observations_and_context():
+    """The shared collector's extras: per-step fields from the actor, the observation after each step
+    (final_obs at episode ends, not the reset one), and the k states before each rollout."""
+    agent = make_agent(env_kwargs={"max_steps": 6})
+    first = agent.collect()
+    obs1, ep1 = first.obs.copy(), first.ep.copy()
+    done = first.terminated | first.truncated
+    assert done[:-1].any()
+    same = ~done[:-1]
+    np.testing.assert_array_equal(first.wm_target[:-1][same], first.obs[1:][same])
+    assert (first.wm_target[:-1][done[:-1]] != first.obs[1:][done[:-1]]).any(axis=-1).all()
+    # episode ids count each env's episodes; the next rollout starts with the last k states as context
+    np.testing.assert_array_equal(ep1[1:], ep1[:-1] + done[:-1])
+    second = agent.collect()
+    k = agent.model.k
+    np.testing.assert_array_equal(second.ctx_obs, obs1[-k:])
+    np.testing.assert_array_equal(second.ctx_ep, ep1[-k:])
+    np.testing.assert_array_equal(second.ep[0], ep1[-1] + done[-1])
