@@ -53,6 +53,8 @@ def format_eval(step: int, result: dict) -> str:
                                                          if "episodes" in result else "")]
     if "avg_reward" in result:
         parts.append(f"return {result['avg_reward']:.3f}")
+    if "valid_action_rate" in result:
+        parts.append(f"valid actions {result['valid_action_rate']:.0%}")
     if "heldout_env_ce" in result:
         parts.append(f"held-out env CE {result['heldout_env_ce']:.3f}")
     if result.get("failed"):

@@ -189,3 +189,16 @@ def test_stops_at_the_step_budget_even_below_one_batch(checkpoint, tmp_path):
     assert result.num_updates == 1 and 3 <= result.total_timesteps <= 3 + cfg.num_actors - 1
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["timestep_budget"] == 3 and summary["time_s"]["start"] > 0  # engine start counted
+
+
+def test_valid_action_rate_counts_turns_without_a_warning():
+    from echo_rl.training.lm.loop import valid_action_rate
+    from echo_rl.types import TokenTrajectory
+
+    # prompt [0 0] | act 1 | env 2 2 | act 1 1 | warning 3 env 2 | act 1 | template 0 (episode ended)
+    roles = [0, 0, 1, 2, 2, 1, 1, 3, 2, 1, 0]
+    t = TokenTrajectory(token_ids=list(range(11)), roles=roles, behavior_logprobs=[-0.5 if r == 1 else 0.0
+                                                                                  for r in roles],
+                        rewards=[0.0, 0.0, 1.0], prompt_length=2, env_output_count=4)
+    assert valid_action_rate([t]) == pytest.approx(2 / 3)
+    assert valid_action_rate([]) == 0.0

@@ -38,8 +38,9 @@ def test_disabled_progress_prints_nothing(capsys):
 
 def test_evaluation_line_names_success_and_held_out_ce():
     text = format_eval(64, {"success_rate": 0.375, "avg_reward": 0.3, "episodes": 8.0, "heldout_env_ce": 2.10449,
-                            "failed": 1.0})
-    assert text == "[eval] step 64: success 0.38 (8 episodes) | return 0.300 | held-out env CE 2.104 | 1 failed"
+                            "valid_action_rate": 0.5, "failed": 1.0})
+    assert text == ("[eval] step 64: success 0.38 (8 episodes) | return 0.300 | valid actions 50% | "
+                    "held-out env CE 2.104 | 1 failed")
     assert format_eval(0, {"success_rate": 0.0}) == "[eval] step 0: success 0.00"
 
 

@@ -54,6 +54,7 @@ from echo_rl.training.lm.rollout import (DEFAULT_SYSTEM, INSTRUCT_SYSTEM, Candid
                                          RolloutConfig)
 from echo_rl.training.lm.sft import expert_trajectory
 from echo_rl.training.protocol import AgentBase
+from echo_rl.types import WARNING
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
@@ -120,6 +121,18 @@ def resolve_lm_defaults(config: TrainingConfig, tiny: bool) -> TrainingConfig:
         lm, learning_rate=pick(lm.learning_rate, 1e-4, 1e-5),
         sft_learning_rate=pick(lm.sft_learning_rate, 3e-3, 1e-4),
         sft_episodes=pick(lm.sft_episodes, 16, 8), sft_steps=pick(lm.sft_steps, 20, 4)))
+
+
+def valid_action_rate(trajectories: list) -> float:
+    """Fraction of turns the environment accepted (no ``warning`` tokens in the observation that followed):
+    what an untrained instruct model fails first, answering in prose instead of an action."""
+    ok = n = 0
+    for t in trajectories:
+        roles, spans = t.role_array(), t.turn_spans()
+        for i, (_, end) in enumerate(spans):
+            nxt = spans[i + 1][0] if i + 1 < len(spans) else len(roles)
+            n, ok = n + 1, ok + int(not (roles[end:nxt] == WARNING).any())
+    return ok / n if n else 0.0
 
 
 def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
@@ -295,6 +308,7 @@ class LMAgent(AgentBase):
                "episode/return": float(np.mean(env_returns)),
                "episode/length": float(np.mean([t.num_turns for t in trajs])),
                "episode/count": float(len(trajs)), "episode/failed": float(len(failed)),
+               "episode/valid_action_rate": valid_action_rate(trajs),
                "lm/lambda": self.lam, "lm/plan": float(self.use_plan)}
         row.update({f"lm/{k}": v for k, v in m.items()})
         row.update(judged)
@@ -430,6 +444,7 @@ class LMAgent(AgentBase):
         out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
                "avg_reward": float(np.mean([t.total_reward for t in trajs])),
                "avg_length": float(np.mean([t.num_turns for t in trajs])),
+               "valid_action_rate": valid_action_rate(trajs),
                "episodes": float(len(trajs)), "failed": float(episodes - len(trajs))}
         pool = self.heldout_pool()
         if pool:
