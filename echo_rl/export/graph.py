@@ -63,7 +63,8 @@ def policy_graph(agent: Any, config: TrainingConfig) -> tuple[nn.Module, dict]:
     envs = make_vector_env(config.env_name, 1, **config.env_config)  # the observation the policy was trained on
     space = envs.single_observation_space
     envs.close()
-    obs_dim, obs_dtype = int(np.prod(space.shape)), np.dtype(space.dtype).name
+    obs_shape, obs_dtype = [int(d) for d in space.shape], np.dtype(space.dtype).name
+    obs_dim = int(np.prod(obs_shape))
     if config.agent == "echo-rl":
         plan = bool(agent.echo.latent_plan)
         graph: nn.Module = EchoPlanGraph(agent) if plan else EchoNoPlanGraph(agent)
@@ -72,10 +73,11 @@ def policy_graph(agent: Any, config: TrainingConfig) -> tuple[nn.Module, dict]:
         graph, window = ActorCriticGraph(agent.network), 0
     graph.eval()
     with torch.no_grad():
-        num_actions = int(graph(*example_inputs({"obs_dim": obs_dim, "obs_dtype": obs_dtype, "window": window}))[0]
-                          .shape[-1])
+        probe = {"obs_dim": obs_dim, "obs_shape": obs_shape, "obs_dtype": obs_dtype, "window": window}
+        num_actions = int(graph(*example_inputs(probe))[0].shape[-1])
     meta = {"echo_rl_export": FORMAT_VERSION, "agent": config.agent, "env_name": config.env_name,
-            "policy_network": config.policy_network, "seed": config.seed, "obs_dim": obs_dim, "obs_dtype": obs_dtype,
+            "policy_network": config.policy_network, "seed": config.seed, "obs_dim": obs_dim, "obs_shape": obs_shape,
+            "obs_dtype": obs_dtype,
             "num_actions": num_actions, "window": window,
             "inputs": ["obs", "window", "mask"] if window else ["obs"], "outputs": ["logits", "value"],
             "obs_encoding": obs_encoding(config)}
@@ -99,7 +101,7 @@ def obs_encoding(config: TrainingConfig) -> dict | None:
 
 def example_inputs(meta: dict, batch: int = 2) -> tuple[torch.Tensor, ...]:
     dtype = getattr(torch, meta.get("obs_dtype", "uint8"))
-    obs = torch.zeros(batch, meta["obs_dim"], dtype=dtype)
+    obs = torch.zeros(batch, *meta.get("obs_shape", [meta["obs_dim"]]), dtype=dtype)
     if not meta["window"]:
         return (obs,)
     window = torch.zeros(batch, meta["window"], meta["obs_dim"], dtype=dtype)

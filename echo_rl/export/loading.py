@@ -103,9 +103,12 @@ class Policy:
         """Forget the plan windows (a new set of episodes)."""
         self._states = self._mask = None
 
-    @staticmethod
-    def _single(obs: Any) -> bool:
-        return isinstance(obs, dict) or (isinstance(obs, np.ndarray) and obs.ndim == 1)
+    @property
+    def _shape(self) -> tuple[int, ...]:
+        return tuple(self.meta.get("obs_shape", [self.meta["obs_dim"]]))
+
+    def _single(self, obs: Any) -> bool:
+        return isinstance(obs, dict) or np.shape(obs) == self._shape
 
     def _batch(self, obs: Any) -> np.ndarray:
         obs = [obs] if isinstance(obs, dict) else obs
@@ -115,10 +118,10 @@ class Policy:
             arr = np.stack([encode_minigrid(o, self.meta["obs_encoding"]) for o in obs])
         else:
             arr = np.asarray(obs)
-            arr = arr[None] if arr.ndim == 1 else arr
-        if arr.ndim != 2 or arr.shape[1] != self.meta["obs_dim"]:
-            raise ValueError(f"observations must be [batch, {self.meta['obs_dim']}] (or one [{self.meta['obs_dim']}],"
-                             f" or MiniGrid dicts), got shape {arr.shape}")
+            arr = arr[None] if arr.shape == self._shape else arr
+        if arr.shape[1:] != self._shape:
+            raise ValueError(f"observations must be [batch, {', '.join(map(str, self._shape))}] (or one, or MiniGrid "
+                             f"dicts), got shape {arr.shape}")
         return arr.astype(self.meta.get("obs_dtype", "uint8"))
 
     def logits_and_values(self, obs: Any, episode_start: Any = None) -> tuple[np.ndarray, np.ndarray]:

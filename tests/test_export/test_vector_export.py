@@ -124,3 +124,15 @@ def test_sampled_actions_follow_the_policy_and_are_seeded(ppo_run, ppo_recording
     np.testing.assert_array_equal(first, policy.act(obs, deterministic=False))
     freq = np.bincount(first, minlength=len(probs)) / len(first)
     assert np.abs(freq - probs).max() < 0.03
+
+
+def test_gymnasium_tasks_export_with_their_float_observations(tmp_path, train_run):
+    run = train_run(tmp_path / "cartpole", "ppo", env_name="gym:CartPole-v1", num_actors=2, batch_size=128,
+                 total_timesteps=256)
+    path, meta = export_vector_run(run, "onnx", tmp_path / "cartpole.onnx")
+    assert meta["obs_dtype"] == "float32" and meta["obs_shape"] == [4] and meta["obs_encoding"] is None
+    ref = load_policy(run)
+    obs, starts = record_observations(ref, "gym:CartPole-v1", steps=32, num_envs=2)
+    report = compare(ref, load_policy(path), obs, starts)
+    assert report["max_logit_diff"] < 1e-4 and report["action_agreement"] == 1.0
+    assert isinstance(ref.act(obs[0][0]), int)
