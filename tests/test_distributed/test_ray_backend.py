@@ -410,3 +410,20 @@ def test_echo_rl_trains_and_resumes_exactly_through_the_trainer_on_ray(local_ray
     assert asyncio.run(second.train()).total_timesteps == 192
     assert second.agent.updates == first.agent.updates == 3
     assert same_weights(expected["modules"], second.agent.state_dict()["lpo"]["modules"])
+
+
+@pytest.mark.slow  # starts 2 worker processes and restarts one
+@needs_ray
+def test_echo_rl_worker_killed_is_restarted_with_fresh_windows(local_ray):
+    """A restarted echo-rl worker starts new episodes with empty plan windows; the update still gets a full batch."""
+    agent = build_ray_agent(echo_config(), CPU, num_workers=2)
+    try:
+        agent.train_iteration()
+        os.kill(agent.collector.worker_pids()[1], signal.SIGKILL)
+        row = agent.train_iteration()
+        assert row["ray/worker_restarts"] == 1.0 and np.isfinite(row["loss/policy"])
+        ctx_ep = agent.collector.buffer.context["ctx_ep"]  # [k, N]: envs 2-3 are worker 1's
+        assert (ctx_ep[:, 2:] == -1).all() and (ctx_ep[:, :2] >= 0).any()
+        assert agent.env_steps == 2 * agent.config.batch_size
+    finally:
+        agent.close()
