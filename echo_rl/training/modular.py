@@ -9,7 +9,7 @@ the learner-side parts are here once:
 - ``augmentation``: ``aug(obs, generator) -> obs`` (``echo_rl.models.augmentation``)
   on the rollout the learner sees; the actors act on clean observations;
 - ``reward``: an intrinsic reward module (``echo_rl.intrinsic``: ``compute`` /
-  ``update`` / ``state_dict``), mixed into the learner's rewards after
+  ``update`` / ``state_dict``; images reach it channels-first), mixed into the learner's rewards after
   collection by ``echo_rl.intrinsic.mixing.IntrinsicMixer``. The collector keeps
   the extrinsic returns, so episode statistics stay the task's. With
   ``TrainingConfig.pretraining`` the task reward is dropped (intrinsic only).
@@ -34,8 +34,22 @@ PARTS = ("encoder", "policy", "storage", "distribution", "augmentation", "reward
 AUGMENTATION_SEED_OFFSET = 3  # the augmentation generator: seed + 3 (seed + 1, + 2 are the actors' and the learner's)
 
 
+def channels_first_space(space):
+    """Reward modules read images (C, H, W): an HWC image space becomes its CHW twin, any other space is kept."""
+    import gymnasium as gym
+
+    from echo_rl.models.encoders import image_layout
+
+    if len(space.shape) != 3 or not image_layout(tuple(space.shape))[3]:
+        return space
+    order = (2, 0, 1)
+    return gym.spaces.Box(np.transpose(space.low, order), np.transpose(space.high, order), dtype=space.dtype)
+
+
 def make_reward(name: str, config, observation_space, action_space, device) -> Any:
-    """The intrinsic reward module ``name`` from ``echo_rl.intrinsic`` (one line when it is not installed)."""
+    """The intrinsic reward module ``name`` from ``echo_rl.intrinsic`` (one line when it is not installed);
+    image observations reach it channels-first."""
+    observation_space = channels_first_space(observation_space)
     try:
         from echo_rl.intrinsic import make_intrinsic_reward
     except ModuleNotFoundError as exc:
@@ -168,6 +182,9 @@ class ModularAgent:
         # the observation after each step; where an episode ended it is the next episode's first (the collector
         # keeps no final_obs for terminations), and ``dones`` says so
         next_obs = torch.cat([obs[1:], t(self.collector.next_obs).unsqueeze(0)])
+        space = self.collector.envs.single_observation_space
+        if channels_first_space(space) is not space:  # (T, N, H, W, C) -> (T, N, C, H, W)
+            obs, next_obs = obs.permute(0, 1, 4, 2, 3), next_obs.permute(0, 1, 4, 2, 3)
         dones = t(buf.terminated | buf.truncated)
         intrinsic = self.reward.compute(obs, actions, next_obs, dones)
         extrinsic = np.zeros_like(buf.rewards) if self.config.pretraining else buf.rewards

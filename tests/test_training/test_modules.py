@@ -404,3 +404,22 @@ def test_parts_the_echo_rl_agent_and_text_tasks_do_not_take_are_refused():
         TrainingConfig(**SMALL, agent="echo-rl", encoder="minigrid_cnn")
     with pytest.raises(ConfigError, match="augmentation='random_shift' is invalid: acts on vector tasks only"):
         TrainingConfig(env_name="cruxeval", backbone="tiny", augmentation="random_shift")
+
+
+def test_pixel_observations_reach_an_intrinsic_module_channels_first(fake_intrinsic, monkeypatch):
+    seen = []
+    monkeypatch.setattr(FakeNovelty, "compute", lambda self, obs, a, nxt, d: seen.append(obs.shape) or
+                        torch.zeros(obs.shape[:2]))
+    agent = build_agent(TrainingConfig(**PIXELS, intrinsic_reward="fake"), CPU)
+    try:
+        agent.train_iteration()
+        assert seen == [(agent.num_steps, agent.num_envs, 3, 56, 56)]
+    finally:
+        agent.close()
+    pytest.importorskip("echo_rl.intrinsic")
+    monkeypatch.undo()
+    real = build_agent(TrainingConfig(**PIXELS, intrinsic_reward="rnd"), CPU)
+    try:
+        assert "intrinsic/reward_mean" in real.train_iteration()
+    finally:
+        real.close()
