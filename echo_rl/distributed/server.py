@@ -362,7 +362,7 @@ class ReplayServer:
                 if stored is not None:
                     stored(k)
             done += k
-        self._note_stored()
+            self._note_stored()  # after every piece: the learner's draws are what admits the next one
 
     def _store_runs(self, runs: list, stats: ClientStats, st=None) -> None:
         """One buffer.add for several runs of records (the per-call cost of add dwarfs a small copy)."""

@@ -16,11 +16,16 @@ def test_rate_limited_server_holds_writers_to_the_learners_pace():
     buf = PrioritizedReplayBuffer(1 << 12, example=example(), sampler="fifo", rate_limiter=lim)
     peak = []
     with ReplayServer(buf) as srv:
+        errors = []
+
         def write():
-            with ReplayClient(srv.address, example(), transport="tcp", flush_bytes=256) as c:
-                for i in range(500):
-                    c.send(make(3, i))
-                assert c.flush(wait=True, timeout=30)
+            try:
+                with ReplayClient(srv.address, example(), transport="tcp", flush_bytes=256) as c:
+                    for i in range(500):
+                        c.send(make(3, i))
+                    assert c.flush(wait=True, timeout=30)
+            except Exception as exc:  # reported below
+                errors.append(exc)
 
         t = threading.Thread(target=write)
         t.start()
@@ -30,6 +35,7 @@ def test_rate_limited_server_holds_writers_to_the_learners_pace():
             peak.append(lim.cursor + lim.pending)
             seen.extend(batch.data["action"][:, 0].tolist())
         t.join(30)
+    assert not t.is_alive() and not errors, errors
     assert seen == [3_000_000 + i for i in range(500)]  # every sample exactly once, in order
     assert max(peak) <= 64 and lim.blocked_inserts > 0
 
