@@ -323,8 +323,8 @@ class ExecutionConfig(ConfigBase):
     bandwidth_weight: float = spec(1.0, help="weight of b_eff in the priority denominator", min=0)
     queue_weight: float = spec(1.0, help="weight of the queueing cost q (b_eff waiting ahead) in the "
                                          "priority denominator", min=0)
-    kv_memory_budget_mb: float = spec(1024.0, help="memory the radix KV cache may use, MiB (in-flight "
-                                                   "working KV is bounded by max_concurrent_rollouts)", gt=0)
+    kv_memory_budget_mb: float = spec(1024.0, help="KV memory the local engine may hold, MiB: radix cache "
+                                                   "+ working KV of running requests", gt=0)
     max_batch_tokens: int = spec(1024, help="token rows per engine step (decode tokens + prefill chunks)", min=1)
     max_context_length: int | None = spec(None, help="longest prompt+output a request may need "
                                                      "(None: the model's max_position_embeddings)")
