@@ -45,10 +45,10 @@ class Row:
 # Episode counts and step caps sized so the whole table runs in well under an hour on two shared CPU cores.
 ROWS = (
     Row("CRUXEval-O (output prediction)", "cruxeval", 4, 20, 6, {"task": "output"}),
-    Row("CRUXEval-I (input prediction)", "cruxeval", 4, 20, 6, {"task": "input"}),
-    Row("MiniGrid-as-text Empty-Random-5x5", "minigrid:MiniGrid-Empty-Random-5x5-v0", 15, 16, 4),
-    Row("WebShop (synthetic catalogue)", "webshop", 10, 8, 3),
-    Row("ARC evaluation", "arc", 2, 8, 3, {"split": "evaluation"}),
+    Row("CRUXEval-I (input prediction)", "cruxeval", 4, 20, 4, {"task": "input"}),
+    Row("MiniGrid-as-text Empty-Random-5x5", "minigrid:MiniGrid-Empty-Random-5x5-v0", 15, 16, 3),
+    Row("WebShop (synthetic catalogue)", "webshop", 10, 8, 2),
+    Row("ARC evaluation", "arc", 2, 8, 2, {"split": "evaluation"}),
     Row("ALFWorld valid_unseen", "alfworld", 20, 8, 2, {"split": "valid_unseen", "expert": False}),
 )
 
@@ -129,7 +129,9 @@ def _cpu() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backbone", default="smollm2-135m")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply every row's episode counts (>= 1 episode)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the ReAct / Act-only episode counts")
+    ap.add_argument("--tot-scale", type=float, default=1.0, help="multiply the ToT episode counts")
+    ap.add_argument("--collect", action="store_true", help="run nothing: build the table from the stored cells")
     ap.add_argument("--concurrency", type=int, default=16, help="episodes in flight per cell")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one cell may run (then it is reported "
                                                                 "as timed out, not scored)")
@@ -146,11 +148,12 @@ def main() -> int:
     table = []
     for row in rows:
         for method in args.methods:
-            n = max(1, round((row.tot_episodes if method == "tot" else row.episodes) * args.scale))
+            n = max(1, round(row.tot_episodes * args.tot_scale if method == "tot" else row.episodes * args.scale))
             out = out_root / f"{slug(row)}__{method}"
             cmd = command(row, method, args.backbone, n, args.concurrency, out, args.timeout)
-            print(" ".join(shlex.quote(c) for c in cmd), flush=True)
-            if not args.dry_run:
+            if not args.collect:
+                print(" ".join(shlex.quote(c) for c in cmd), flush=True)
+            if not (args.dry_run or args.collect):
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
                 tail = (proc.stderr.strip().splitlines() or [""])[-1]
