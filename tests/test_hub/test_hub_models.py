@@ -63,3 +63,16 @@ def test_build_models_refuses_unknown_names(capsys):
     assert main(["ppo-nowhere"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "allowed: ppo-doorkey-5x5, ppo-multiroom-n2-s4" in err
+
+
+def test_standalone_sampling_reaches_the_runs_own_evaluation():
+    """`sample` mode draws from the exported policy as the run's evaluation did (other draws, same law)."""
+    entry = models.info("ppo-doorkey-5x5")
+    pub, own = entry["published"], entry["run_evaluation"]
+    r = subprocess.run([sys.executable, "-I", str(ROOT / "examples" / "standalone_policy.py"),
+                        str(models.path("ppo-doorkey-5x5")), str(pub["episodes"]), str(pub["seed"]),
+                        str(pub["num_envs"]), "sample"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert abs(got["success_rate"] - own["success_rate"]) <= 0.05
+    assert abs(got["avg_reward"] - own["avg_reward"]) <= 0.05
