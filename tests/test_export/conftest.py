@@ -13,7 +13,7 @@ def _train(run_dir, agent, **extra):
 
     base = {"env_name": "minigrid:MiniGrid-DoorKey-5x5-v0", "agent": agent, "total_timesteps": 512, "num_actors": 4,
             "batch_size": 256, "evaluation_frequency": 0, "evaluation_episodes": 1, "save_frequency": 0, "seed": 3,
-            "ppo_config.learning_rate": 3e-3}
+            "ppo_config.learning_rate": 3e-3, "env_config": {"max_steps": 40}}  # short episodes: fast evaluations
     cfg = TrainingConfig().with_overrides({**base, **extra})
     threads = torch.get_num_threads()
     try:

@@ -90,7 +90,9 @@ def test_standalone_script_matches_load_policy(which, request, tmp_path):
                              str(episodes), str(seed), str(num_envs)], capture_output=True, text=True, timeout=300)
     assert script.returncode == 0, script.stderr[-2000:]
     got = json.loads(script.stdout)
-    want = evaluate_greedy(load_policy(run), ENV, episodes, seed, num_envs)
+    from echo_rl.export.runs import run_config
+
+    want = evaluate_greedy(load_policy(run), ENV, episodes, seed, num_envs, run_config(run).env_config)
     assert got["episodes"] == want["episodes"] == episodes
     assert got["success_rate"] == want["success_rate"]
     assert got["avg_reward"] == pytest.approx(want["avg_reward"], abs=1e-12)

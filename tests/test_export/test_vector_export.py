@@ -127,8 +127,8 @@ def test_sampled_actions_follow_the_policy_and_are_seeded(ppo_run, ppo_recording
 
 
 def test_gymnasium_tasks_export_with_their_float_observations(tmp_path, train_run):
-    run = train_run(tmp_path / "cartpole", "ppo", env_name="gym:CartPole-v1", num_actors=2, batch_size=128,
-                 total_timesteps=256)
+    run = train_run(tmp_path / "cartpole", "ppo", env_name="gym:CartPole-v1", env_config={}, num_actors=2,
+                    batch_size=128, total_timesteps=256)
     path, meta = export_vector_run(run, "onnx", tmp_path / "cartpole.onnx")
     assert meta["obs_dtype"] == "float32" and meta["obs_shape"] == [4] and meta["obs_encoding"] is None
     ref = load_policy(run)
