@@ -43,7 +43,8 @@ def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any
     config = run_config(run_dir, flag)
     if config.text_task:
         raise ConfigError(f"{flag} {run_dir} is a language-model run ({config.env_name}, backbone "
-                          f"{config.backbone}); it exports as a transformers checkpoint, not a vector policy")
+                          f"{config.backbone}), not a vector policy: `echo-rl export --run-dir {run_dir}` writes it as "
+                          f"a transformers directory, which `echo-rl serve --backbone DIR` serves")
     if config.agent not in VECTOR_AGENTS:
         raise ConfigError(f"{flag} {run_dir}: agent {config.agent!r} cannot be exported yet; "
                           f"export supports {', '.join(VECTOR_AGENTS)}")
