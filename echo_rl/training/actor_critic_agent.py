@@ -125,6 +125,8 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         if missing:
             raise ValueError(f"storage {type(buf).__name__} lacks the arrays {', '.join(missing)}")
         self.collector.buffer = buf
+        if self.reward is not None:
+            self._keep_next_observations()
 
     def set_distribution(self, distribution: nn.Module) -> None:
         """``distribution(logits) -> normalised log-probabilities`` (``echo_rl.models.policies``); acting and
@@ -237,6 +239,8 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
                               f"backend that wrote it (weights and optimizer are compatible, envs mid-episode are not)")
         self.collector.envs.close()
         self.collector = collector
+        if self.reward is not None:
+            self._keep_next_observations()
 
     def close(self) -> None:
         self.collector.envs.close()

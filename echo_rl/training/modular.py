@@ -160,6 +160,14 @@ class ModularAgent:
                              f"echo_rl.intrinsic interface)")
         self.reward = reward
         self.mixer = make_mixer(reward, self.config)
+        self._keep_next_observations()
+
+    def _keep_next_observations(self) -> None:
+        """A reward module judges each transition by the state it reached: at an episode's end that is the
+        terminal observation (``final_obs``), not the next episode's first, so the collector keeps both."""
+        buf = self.collector.buffer
+        if buf.next_observations is None:
+            buf.next_observations = np.zeros_like(buf.obs)
 
     # -- the learner's view of a rollout --------------------------------------
     def learner_batch(self, buf: RolloutBuffer) -> tuple[RolloutBuffer, dict[str, float]]:
@@ -178,10 +186,8 @@ class ModularAgent:
 
     def _mixed_rewards(self, buf: RolloutBuffer) -> tuple[np.ndarray, dict[str, float]]:
         t = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
-        obs, actions = t(buf.obs), t(buf.actions)
-        # the observation after each step; where an episode ended it is the next episode's first (the collector
-        # keeps no final_obs for terminations), and ``dones`` says so
-        next_obs = torch.cat([obs[1:], t(self.collector.next_obs).unsqueeze(0)])
+        # the observation each step reached: the terminal one (final_obs) where an episode ended
+        obs, actions, next_obs = t(buf.obs), t(buf.actions), t(buf.next_observations)
         space = self.collector.envs.single_observation_space
         if channels_first_space(space) is not space:  # (T, N, H, W, C) -> (T, N, C, H, W)
             obs, next_obs = obs.permute(0, 1, 4, 2, 3), next_obs.permute(0, 1, 4, 2, 3)

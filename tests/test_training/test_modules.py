@@ -250,8 +250,11 @@ def test_intrinsic_reward_is_mixed_in_after_collection(name, pretraining, fake_i
         predictor = copy.deepcopy(module.predictor)
         metrics = agent.train_iteration()
         buf = agent.collector.buffer
-        obs = torch.as_tensor(buf.obs)
-        next_obs = torch.cat([obs[1:], torch.as_tensor(agent.collector.next_obs)[None]])
+        # the state each step reached: at an episode's end its terminal observation, not the next episode's first
+        next_obs = torch.as_tensor(buf.next_observations)
+        done = buf.terminated | buf.truncated
+        assert done.any() and not np.array_equal(buf.next_observations[:-1][done[:-1]], buf.obs[1:][done[:-1]])
+        np.testing.assert_array_equal(buf.next_observations[:-1][~done[:-1]], buf.obs[1:][~done[:-1]])
         with torch.no_grad():  # computed before the module's update, with the predictor as it was
             x = next_obs.reshape(*next_obs.shape[:2], -1).float() / 255.0
             intrinsic = (predictor(x) - x @ module.target).pow(2).mean(-1).numpy()
