@@ -69,6 +69,11 @@ METHODS = {
     "echo-rl/no-world-model": ("echo-rl", {"echo_config.world_model_coef": 0.0}),
     "echo-rl/no-self-imitation": ("echo-rl", {"echo_config.self_imitation_updates": 0}),
 }
+# PPO + an intrinsic reward (echo_rl.intrinsic) at the documented defaults (beta 0.05, no decay,
+# running-std normalisation): the hard-exploration study in docs/results.md. Not in the default run.
+INTRINSIC = ("rnd", "pseudo_counts", "e3b", "ngu", "icm", "re3", "ride")
+METHODS.update({f"ppo+{name}": ("ppo", {"intrinsic_reward": name}) for name in INTRINSIC})
+DEFAULT_METHODS = [m for m in METHODS if "+" not in m]
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +106,20 @@ def agent_source(agent: str) -> dict:
     path = Path(inspect.getsourcefile(agent_class(agent)))
     rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
     return {"agent_file": rel, "agent_file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def intrinsic_source(name: str | None) -> dict:
+    """Path and SHA-256 of the intrinsic reward module a cell used (recorded beside the agent's), or nothing."""
+    if not name:
+        return {}
+    import hashlib
+    import inspect
+
+    from echo_rl.intrinsic import INTRINSIC_REWARDS
+
+    path = Path(inspect.getsourcefile(INTRINSIC_REWARDS[name]))
+    rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+    return {"intrinsic_file": rel, "intrinsic_file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
 def parse_budgets(items: list[str], envs: list[str], default: int) -> dict[str, int]:
@@ -143,7 +162,7 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
     torch.set_num_threads(1)
     cfg = build_config(method, env, seed, total_steps)
     meta = {"method": method, "env": env, "seed": seed, "total_steps": total_steps, "git_commit": code_commit(),
-            **agent_source(cfg.agent), "early_stop": early_stop, "threshold": threshold,
+            **agent_source(cfg.agent), **intrinsic_source(cfg.intrinsic_reward), "early_stop": early_stop, "threshold": threshold,
             "eval_every": eval_every, "eval_episodes": eval_episodes}
     envs = make_vector_env(cfg.env_name, cfg.num_actors)
     agent = agent_class(cfg.agent)(cfg, envs, torch.device("cpu"))
@@ -475,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="train every missing cell, then report")
     r.add_argument("--out", default="runs/sample_efficiency")
-    r.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    r.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=list(METHODS))
     r.add_argument("--envs", nargs="+", default=list(ENVS))
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     r.add_argument("--total-steps", type=int, default=1_000_000, help="budget of envs without a --budget")
