@@ -56,19 +56,42 @@ def test_export_is_the_runs_weights_in_a_transformers_directory(lm_run, exported
     assert tok.chat_template and (exported / "echo_rl_export.json").is_file()
 
 
-def test_export_is_served_to_the_openai_client(exported):
+def test_export_is_served_by_echo_rl_serve_to_the_openai_client(exported, tmp_path):
+    """`echo-rl serve --backbone EXPORT` (the real command, in its own process) answers the official client
+    with what the exported checkpoint generates locally."""
     openai = pytest.importorskip("openai")
     pytest.importorskip("fastapi")
-    from echo_rl.models import load_backbone
-    from echo_rl.models.local import check_checkpoint_dir
-    from echo_rl.serve import ModelServer, create_app
+    import socket
+    import subprocess
+    import sys
+    import time
 
-    check_checkpoint_dir(exported)  # what `echo-rl serve --backbone DIR` checks first
-    backbone = load_backbone(str(exported), device="cpu")
-    local = backbone.chat(MSGS, max_tokens=6, temperature=0)
-    with ModelServer(create_app(backbone, model_name="exported")) as srv:
-        client = openai.OpenAI(base_url=srv.url, api_key="EMPTY", max_retries=0, timeout=60)
+    from echo_rl.models import load_backbone
+
+    local = load_backbone(str(exported), device="cpu").chat(MSGS, max_tokens=6, temperature=0)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "echo_rl.cli", "serve", "--backbone", str(exported), "--port", str(port),
+           "--model-name", "exported", "--device", "cpu", "--torch-threads", "1", "--log-level", "warning"]
+    with log.open("w") as err:  # the server process keeps its own descriptor
+        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0, timeout=60)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                assert [m.id for m in client.models.list().data] == ["exported"]
+                break
+            except openai.APIConnectionError:
+                assert server.poll() is None, log.read_text()[-2000:]
+                assert time.monotonic() < deadline, "echo-rl serve did not come up in 120 s"
+                time.sleep(0.5)
         resp = client.chat.completions.create(model="exported", messages=MSGS, max_tokens=6, temperature=0)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
     assert resp.choices[0].message.content == local.text
     assert resp.usage.completion_tokens == local.usage.completion_tokens
 
