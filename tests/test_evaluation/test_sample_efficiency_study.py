@@ -99,6 +99,17 @@ def test_a_real_cell_records_its_curve_provenance_and_stops_early(se, tmp_path):
     assert np.isfinite([p["success_rate"] for p in saved["curve"]]).all()
 
 
+def test_intrinsic_methods_are_ppo_with_the_module_and_record_its_source(se, tmp_path):
+    assert all("+" not in m for m in se.DEFAULT_METHODS)  # the default study is unchanged
+    cfg = se.build_config("ppo+pseudo_counts", "MiniGrid-Empty-5x5-v0", 0, 4096)
+    assert (cfg.agent, cfg.intrinsic_reward) == ("ppo", "pseudo_counts")
+    assert se.build_config("ppo", "MiniGrid-Empty-5x5-v0", 0, 4096).intrinsic_reward is None
+    res = se.run_cell("ppo+rnd", "MiniGrid-Empty-5x5-v0", 0, total_steps=2048, eval_every=2048, eval_episodes=2,
+                      out=str(tmp_path))
+    assert res["intrinsic_file"] == "echo_rl/intrinsic/rnd.py" and len(res["intrinsic_file_sha256"]) == 64
+    assert (tmp_path / "cells" / "ppo+rnd__MiniGrid-Empty-5x5-v0__0.json").exists()
+
+
 def test_speed_times_every_method_and_names_parts_still_idle(se, capsys):
     rates = se.speed(["ppo", "echo-rl"], "MiniGrid-Empty-5x5-v0", 0, iterations=1, max_warmup=1)
     assert set(rates) == {"ppo", "echo-rl"} and all(r > 0 for r in rates.values())
