@@ -8,7 +8,7 @@ run's own evaluation does (numpy's RNG, not torch's: the same distribution, othe
 import json, re, sys
 import gymnasium as gym, minigrid, numpy as np, onnxruntime as ort  # noqa: F401 (minigrid registers its envs)
 
-path, *rest = sys.argv[1:]
+path, *rest = sys.argv[1:] or sys.exit(__doc__)
 sample, rest = rest[-1:] == ["sample"], [a for a in rest if a not in ("greedy", "sample")]
 episodes, seed, num_envs = (int(a) for a in rest + ["100", "1000000", "16"][len(rest):])
 rng = np.random.default_rng(seed)
