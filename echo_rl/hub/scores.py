@@ -92,6 +92,26 @@ class Study:
                               f"(curves: {', '.join(curves) or 'none'})")
         return np.asarray(curves[metric]["steps"], dtype=float), np.asarray(curves[metric]["values"], dtype=float)
 
+    def plot_summary(self, metric: str | None = None, reps: int = 2_000) -> dict[str, Any]:
+        """The summary ``echo_rl.evaluation.plots`` draws from: per-seed learning curves where published, and
+        aggregate intervals of methods whose scores on ``metric`` are complete (success-like metrics in [0, 1])."""
+        from echo_rl.evaluation.statistics import interval_estimates
+
+        metric = metric or self.default_metric()
+        task = self.tasks[0]
+        curves: dict[str, list] = {}
+        for m in self.methods:
+            if metric in self.method(m).get("curves", {}):
+                steps, values = self.curves(m, metric)
+                curves[m] = [[{"step": float(t), "success_rate": float(v)} for t, v in zip(steps, run)]
+                             for run in values]
+        scores = {m: s for m, s in self.score_dict(metric).items() if ((s >= 0) & (s <= 1)).all()}
+        aggregates = {m: {k: e.to_dict() for k, e in est.items()}
+                      for m, est in interval_estimates(scores, reps=reps).items()} if scores else {}
+        return {"labels": self.methods, "tasks": [task] if curves else self.tasks, "rows": [],
+                "learning_curves": {task: curves} if curves else {}, "aggregates": aggregates,
+                "confidence": 0.95, "profiles": {}}
+
 
 @lru_cache(maxsize=None)
 def _read(name: str) -> dict:

@@ -129,3 +129,17 @@ def test_scores_are_arrays_for_the_statistics_module():
         scores.resolve("hub:sample-efficiency-minigrid/dqn")
     with pytest.raises(ConfigError, match="no 'steps_to_0.9' learning curve"):
         study.curves("ppo")
+
+
+def test_studies_feed_the_plots(tmp_path):
+    from echo_rl.evaluation.plots import write_plots
+
+    lm = scores.load("lm-grpo-vs-echo-400").plot_summary("heldout_success", reps=200)
+    curve = lm["learning_curves"]["MiniGrid-Empty-Random-5x5-v0 (text)"]["echo0.05"]
+    assert [p["step"] for p in curve[0]] == [0, 160, 400] and len(curve) == 3
+    assert lm["aggregates"]["echo0.05"]["iqm"]["point"] == pytest.approx(
+        float(aggregate_iqm(scores.load("lm-grpo-vs-echo-400").scores("echo0.05", "heldout_success"))))
+    written = write_plots(tmp_path, lm)
+    assert sorted(Path(p).name for p in written) == ["aggregate.png", "learning_curves.png"]
+    se = scores.load("sample-efficiency-minigrid").plot_summary("success_at_last_eval", reps=200)
+    assert set(se["aggregates"]) == {"impala"} and not se["learning_curves"]  # the only complete method
