@@ -372,7 +372,7 @@ class LMConfig(ConfigBase):
     sft_steps: int | None = spec(None, help="SFT optimiser steps on those episodes (None: 20 for a tiny random "
                                             "backbone, 4 for a pretrained one)", min=0)
     sft_learning_rate: float | None = spec(None, help="learning rate of the SFT warm start (None: 3e-3 for a tiny "
-                                                      "random backbone, 1e-4 for a pretrained one)", gt=0)
+                                                      "random backbone, 3e-5 for a pretrained one)", gt=0)
     sft_cache_dir: str | None = spec(None, help="share SFT results between runs that differ only after SFT "
                                                 "(e.g. a lambda sweep of one seed)")
     heldout_pool: int = spec(8, help="held-out expert episodes whose env-output CE is measured at each "
@@ -504,8 +504,8 @@ class TrainingConfig(ConfigBase):
                                          "fine-tune later with init_from")
     init_from: str | None = spec(None, help="run directory whose newest checkpoint's network weights start this run "
                                             "(fine-tuning after pretraining; optimiser and counters start fresh)")
-    num_learners: int = spec(1, help="learner processes; a config may name more, but EchoRLTrainer refuses to "
-                                      "train with more than 1 (multi-learner training is not implemented)", min=1)
+    num_learners: int = spec(1, help="data-parallel learner processes (torch.distributed; ppo on vector tasks, "
+                                      "num_actors a multiple of it; echo_rl.distributed.data_parallel)", min=1)
     backend: str = spec("local", help="where actors and learner run: local (this process) or ray "
                                       "(Ray actors; needs the distributed extra)", choices=("local", "ray"))
     ray_address: str | None = spec(None, help="Ray cluster address for backend=ray (None: start a local Ray)")

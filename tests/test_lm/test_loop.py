@@ -202,3 +202,14 @@ def test_valid_action_rate_counts_turns_without_a_warning():
                         rewards=[0.0, 0.0, 1.0], prompt_length=2, env_output_count=4)
     assert valid_action_rate([t]) == pytest.approx(2 / 3)
     assert valid_action_rate([]) == 0.0
+
+
+def test_defaults_follow_the_backbone_and_explicit_values_win():
+    from echo_rl.training.lm.loop import resolve_lm_defaults
+
+    cfg = TrainingConfig(env_name="minigrid", backbone="tiny")
+    tiny, real = resolve_lm_defaults(cfg, tiny=True).lm_config, resolve_lm_defaults(cfg, tiny=False).lm_config
+    assert (tiny.learning_rate, tiny.sft_learning_rate, tiny.sft_episodes, tiny.sft_steps) == (1e-4, 3e-3, 16, 20)
+    assert (real.learning_rate, real.sft_learning_rate, real.sft_episodes, real.sft_steps) == (1e-5, 3e-5, 8, 4)
+    own = TrainingConfig(env_name="minigrid", backbone="tiny", lm_config={"sft_learning_rate": 1e-4})
+    assert resolve_lm_defaults(own, tiny=False).lm_config.sft_learning_rate == 1e-4
