@@ -48,7 +48,7 @@ ROWS = (
     Row("CRUXEval-I (input prediction)", "cruxeval", 4, 20, 4, {"task": "input"}),
     Row("MiniGrid-as-text Empty-Random-5x5", "minigrid:MiniGrid-Empty-Random-5x5-v0", 15, 16, 3),
     Row("WebShop (synthetic catalogue)", "webshop", 10, 8, 2),
-    Row("ARC evaluation", "arc", 2, 8, 2, {"split": "evaluation"}),
+    Row("ARC evaluation", "arc", 2, 4, 1, {"split": "evaluation"}),  # prompts of up to ~8k tokens: prefill dominates
     Row("ALFWorld valid_unseen", "alfworld", 20, 8, 2, {"split": "valid_unseen", "expert": False}),
 )
 
