@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import hashlib
 import json
 import os
@@ -47,14 +46,15 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
+from echo_rl.training.lm.chat_delta import ChatRenderer
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
 from echo_rl.training.lm.plan import EpisodePlan, LMPlanner
+from echo_rl.training.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
 from echo_rl.training.lm.rollout import (DEFAULT_SYSTEM, INSTRUCT_SYSTEM, CandidateScorer, LMRolloutWorker,
                                          RolloutConfig)
 from echo_rl.training.lm.sft import expert_trajectory
+from echo_rl.training.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
 from echo_rl.training.protocol import AgentBase
-from echo_rl.types import WARNING
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
@@ -65,76 +65,6 @@ EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if
 SPLITS: dict[str, tuple[dict, dict]] = {"alfworld": ({"split": "valid_train"}, {"split": "valid_unseen"}),
                                         "cruxeval": ({"split": "train"}, {"split": "test"}),
                                         "arc": ({"split": "training"}, {"split": "evaluation"})}
-
-
-def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
-    """(model, tokenizer) of a local backbone: a tiny preset or a checkpoint directory with a tokenizer."""
-    import transformers
-
-    from echo_rl.models.api import resolve_api_name
-    from echo_rl.models.fetch import resolve_model
-    from echo_rl.models.tiny import PRESETS, tiny_checkpoint
-
-    preset = backbone.split(":", 1)[1] if backbone.startswith("tiny:") else "tiny" if backbone == "tiny" else \
-        backbone if backbone in PRESETS else None
-    fetched = resolve_model(backbone) if preset is None else None  # smollm2-135m: the fetched checkpoint
-    if preset is not None:
-        path = tiny_checkpoint(preset, seed=seed)
-    elif fetched is not None:
-        path = fetched
-    elif resolve_api_name(backbone) is not None or backbone.startswith(("http://", "https://")):
-        raise ConfigError(f"backbone={backbone!r} is invalid: API models cannot be trained (no weights); training "
-                          f"supports tiny, {', '.join('tiny:' + p for p in PRESETS)} or a local checkpoint directory")
-    else:
-        path = Path(backbone).expanduser()
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"backbone={backbone!r} is invalid: not a tiny preset (tiny, "
-                              f"{', '.join('tiny:' + p for p in PRESETS)}) nor a local checkpoint directory "
-                              "with config.json")
-        if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            raise ConfigError(f"backbone={str(path)!r} is invalid: the checkpoint directory has no tokenizer "
-                              "(tokenizer.json / tokenizer_config.json)")
-    tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    if not getattr(tok, "chat_template", None):
-        raise ConfigError(f"backbone={backbone!r} is invalid: its tokenizer has no chat template "
-                          "(tokenizer_config.json: chat_template)")
-    check_prefix_preserving(ChatRenderer(tok))  # a template that rewrites earlier turns: one clear error, first
-    transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars in training logs
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                              dtype=torch.float32)
-    return model.eval(), tok
-
-
-TINY_PARAMS = 10_000_000  # below: a tiny preset or test checkpoint (random weights); above: a real, pretrained LM
-
-
-def is_tiny(model: Any) -> bool:
-    return sum(p.numel() for p in model.parameters()) < TINY_PARAMS
-
-
-def resolve_lm_defaults(config: TrainingConfig, tiny: bool) -> TrainingConfig:
-    """``lm_config`` fields left at None take the value that suits the backbone: a tiny random model learns
-    fast at large rates; a pretrained one is wrecked by them (a 3e-3 SFT step erases its language; on
-    SmolLM2-135M, 4 SFT steps at 1e-4 tripled the held-out env CE, at 3e-5 they taught the reply format and
-    kept it: docs/lm_training.md, quick start)."""
-    lm = config.lm_config
-    pick = lambda value, t, p: value if value is not None else t if tiny else p  # noqa: E731
-    return dataclasses.replace(config, lm_config=dataclasses.replace(
-        lm, learning_rate=pick(lm.learning_rate, 1e-4, 1e-5),
-        sft_learning_rate=pick(lm.sft_learning_rate, 3e-3, 3e-5),
-        sft_episodes=pick(lm.sft_episodes, 16, 8), sft_steps=pick(lm.sft_steps, 20, 4)))
-
-
-def valid_action_rate(trajectories: list) -> float:
-    """Fraction of turns the environment accepted (no ``warning`` tokens in the observation that followed):
-    what an untrained instruct model fails first, answering in prose instead of an action."""
-    ok = n = 0
-    for t in trajectories:
-        roles, spans = t.role_array(), t.turn_spans()
-        for i, (_, end) in enumerate(spans):
-            nxt = spans[i + 1][0] if i + 1 < len(spans) else len(roles)
-            n, ok = n + 1, ok + int(not (roles[end:nxt] == WARNING).any())
-    return ok / n if n else 0.0
 
 
 def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:

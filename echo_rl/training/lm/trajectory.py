@@ -12,7 +12,7 @@ import math
 from typing import Any, Sequence
 
 from echo_rl.training.lm.chat_delta import ChatRenderer, Message
-from echo_rl.types import ACTION, TEMPLATE, TokenTrajectory
+from echo_rl.types import ACTION, TEMPLATE, WARNING, TokenTrajectory
 
 
 class TrajectoryBuilder:
@@ -131,3 +131,15 @@ def _shrink(segments: list[tuple[str, str]], keep: float) -> list[tuple[str, str
 
 def _text(segments: Sequence[Any]) -> str:
     return "".join(seg.text if hasattr(seg, "role") else seg[1] for seg in segments)
+
+
+def valid_action_rate(trajectories: list) -> float:
+    """Fraction of turns the environment accepted (no ``warning`` tokens in the observation that followed):
+    what an untrained instruct model fails first, answering in prose instead of an action."""
+    ok = n = 0
+    for t in trajectories:
+        roles, spans = t.role_array(), t.turn_spans()
+        for i, (_, end) in enumerate(spans):
+            nxt = spans[i + 1][0] if i + 1 < len(spans) else len(roles)
+            n, ok = n + 1, ok + int(not (roles[end:nxt] == WARNING).any())
+    return ok / n if n else 0.0
