@@ -100,8 +100,7 @@ class TrainingProgress:
             return
         text = self.line(step, row, sps, elapsed)
         if self._progress is not None:
-            self._progress.update(self._task, completed=min(step, self.total),
-                                  description=text.split(" steps | ", 1)[1])
+            self._progress.update(self._task, completed=step, description=text.split(" steps | ", 1)[1])
         elif step >= self._next_line or step >= self.total:
             print(text, file=sys.stderr, flush=True)
             self._next_line = step + max(self.total // 10, 1)
@@ -111,6 +110,6 @@ class TrainingProgress:
             return
         text = format_eval(step, result)
         if self._progress is not None:
-            self._progress.console.print(text)
+            self._progress.console.print(text, markup=False, highlight=False)  # "[eval]" is no rich tag
         else:
             print(text, file=sys.stderr, flush=True)

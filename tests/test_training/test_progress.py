@@ -68,3 +68,13 @@ def test_vector_run_summary_counts_all_wall_time(tmp_path, capsys):
     assert summary["iteration_env_steps_per_s"] >= summary["env_steps_per_s"]
     err = capsys.readouterr().err
     assert "[train] 48/40 steps" in err and "[eval] step 48: success" in err  # the final evaluation
+
+
+def test_live_bar_prints_the_eval_line_literally(capsys):
+    p = TrainingProgress(total=64, enabled=True)
+    p.live = True  # the rich bar, as on a terminal
+    with p:
+        p.evaluation(32, {"success_rate": 0.5, "heldout_env_ce": 1.0})
+        p.update(66, {}, sps=1.0, elapsed=1.0)
+    assert "[eval] step 32: success 0.50 | held-out env CE 1.000" in capsys.readouterr().err  # not eaten as markup
+    assert p._progress.tasks[0].completed == 66  # past the budget: shown as it is
