@@ -4,6 +4,10 @@ The agent interface and the scaffolding (network, acting, rollouts,
 checkpoints) live in :mod:`echo_rl.training.actor_critic_agent`; this module
 is only PPO's learner: GAE over the fresh rollout, then ``num_epochs`` passes
 of clipped-surrogate minibatch updates (``ppo_update.ppo_epochs``, shared with the EchoRL agent).
+
+As one of ``num_learners`` data-parallel learners (:mod:`echo_rl.distributed.data_parallel`)
+it steps its share of the envs, learns on its columns of the global batch and sums the
+gradients over the learners before each optimiser step; counters are global.
 """
 
 from __future__ import annotations
@@ -12,13 +16,51 @@ import numpy as np
 import torch
 
 from echo_rl.algorithms.gae import bootstrap_values, compute_gae
+from echo_rl.distributed import data_parallel
+from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.training.actor_critic_agent import ActorCriticAgent
 from echo_rl.training.ppo_update import Forward, PPOBatch, ppo_epochs
-from echo_rl.training.rollout import RolloutBuffer
+from echo_rl.training.rollout import RolloutBuffer, torch_generator
 
 
 class PPOAgent(ActorCriticAgent):
     update_rule = "an on-policy learner updates every batch_size env steps"
+
+    def __init__(self, config, envs, device: torch.device):
+        self.dp = data_parallel.current()
+        if self.dp is None:
+            super().__init__(config, envs, device)
+            return
+        # one learner of several: built for its k envs and batch_size/N, then counted globally
+        dp = self.dp
+        super().__init__(config, envs, device)
+        self.config = dp.config
+        seeds = actor_seeds(dp.config.seed, dp.config.num_actors)[dp.env_slice()]
+        self.collector.next_obs, _ = self.collector.envs.reset(seed=seeds)  # the envs the one learner gives it
+        self.generator = torch_generator(dp.config.seed + 1 + 7919 * dp.rank)  # its own action draws
+
+    def train_iteration(self) -> dict[str, float]:
+        if self.dp is None:
+            return super().train_iteration()
+        buf = self.collector.collect(self._policy, self._value)
+        self.env_steps += buf.num_steps * buf.num_envs * self.dp.world_size
+        metrics = self.collector.stats.drain()
+        if self.env_steps <= self.config.learning_starts:
+            return metrics
+        buf, part_metrics = self.learner_batch(buf)
+        metrics.update(part_metrics)
+        metrics.update(self.learn(buf))
+        return metrics
+
+    def data_parallel_step(self, loss: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`clipped_step` with the gradients summed over the learners between backward and clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if loss is not None:
+            loss.backward()
+        self.dp.sum_gradients(self.network.parameters())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.network.parameters(), self.ppo.max_grad_norm)
+        self.optimizer.step()
+        return grad_norm.detach()
 
     def learn(self, buf: RolloutBuffer) -> dict[str, float]:
         next_values = bootstrap_values(buf.values, self._value(self.collector.next_obs), buf.terminated,
@@ -32,8 +74,9 @@ class PPOAgent(ActorCriticAgent):
         flat = lambda a: torch.as_tensor(a.reshape(-1, *a.shape[2:]), device=self.device)  # noqa: E731
         obs = flat(buf.obs)
         batch = PPOBatch(flat(buf.actions), flat(buf.logprobs), flat(buf.values), flat(advantages), flat(returns))
-        out = ppo_epochs(self.ppo, batch, self.np_rng, lambda idx, it: Forward(*self.network(obs[it])),
-                         self.clipped_step)
+        step = self.clipped_step if self.dp is None else self.data_parallel_step
+        out = ppo_epochs(self.ppo, batch, self.np_rng, lambda idx, it: Forward(*self.network(obs[it])), step,
+                         dp=self.dp)
         self.updates += 1
         var_ret = float(np.var(returns))
         explained = float("nan") if var_ret == 0 else 1.0 - float(np.var(returns - buf.values)) / var_ret

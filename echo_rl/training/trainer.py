@@ -65,9 +65,13 @@ class EchoRLTrainer:
 
     def __init__(self, config: TrainingConfig, run_dir: str | Path | None = None, resume: bool = False,
                  show_progress: bool = True):
-        if config.num_learners > 1:  # a valid config (it describes a run), but not one this trainer can run
-            raise ConfigError(f"TrainingConfig.num_learners={config.num_learners} is not implemented: EchoRLTrainer "
-                              f"trains with 1 learner (set num_learners=1; actors scale with num_actors)")
+        if config.num_learners > 1:
+            from echo_rl.distributed.data_parallel import check_config
+
+            check_config(config)
+            if resume:
+                raise ConfigError(f"--resume is invalid with num_learners={config.num_learners}: each learner's envs "
+                                  f"mid-episode are not checkpointed (resume with num_learners=1)")
         self.config = config
         self.run = RunDirectory(run_dir or default_run_dir(config), config)
         self.resume = resume
@@ -77,6 +81,13 @@ class EchoRLTrainer:
 
     # -- public -----------------------------------------------------------------
     async def train(self) -> TrainingMetrics:
+        if self.config.num_learners > 1 and _learner() is None:
+            # spawn the data-parallel learners; learner 0 trains into this run directory
+            from echo_rl.distributed.data_parallel import run_learners
+
+            results = await asyncio.to_thread(run_learners, self.config, _train_learner, str(self.run.path),
+                                              self.show_progress)
+            return results[0]
         cfg = self.config
         t0 = time.perf_counter()  # wall time counts everything: setup, warm start, evaluations, iterations
         clock = WallClock()
@@ -165,7 +176,11 @@ class EchoRLTrainer:
         return result
 
     async def aevaluate(self, episodes: int | None = None) -> dict[str, float]:
-        """:meth:`evaluate` on the running event loop (text agents act through the engine on it)."""
+        """:meth:`evaluate` on the running event loop (text agents act through the engine on it).
+        Data-parallel learners other than 0 do not evaluate (their weights are learner 0's)."""
+        learner = _learner()
+        if learner is not None and learner.rank > 0:
+            return {}
         return await _maybe_await(self.agent.run_evaluation(episodes or self.config.evaluation_episodes))
 
     def evaluate(self, episodes: int | None = None) -> dict[str, float]:
@@ -189,7 +204,8 @@ class EchoRLTrainer:
 
     def build_agent(self, device: torch.device) -> None:
         """Create the training envs and the agent (untrained, or ready to load a checkpoint)."""
-        self.agent = build_agent(self.config, device)
+        learner = _learner()
+        self.agent = build_agent(self.config if learner is None else learner.local_config(), device)
 
     def _setup(self, device: torch.device) -> int:
         ckpt = self.run.latest_checkpoint()
@@ -244,6 +260,33 @@ class EchoRLTrainer:
             "wall_time_s": round(result.wall_time, 3), **clock.summary(steps),
             **self.agent.summary_fields(),
         })
+
+
+def _learner():
+    """This process's data-parallel learner (None: the one learner), without importing torch.distributed."""
+    import sys
+
+    module = sys.modules.get("echo_rl.distributed.data_parallel")
+    return None if module is None else module.current()
+
+
+def _train_learner(rank: int, run_dir: str, show_progress: bool) -> TrainingMetrics | None:
+    """One data-parallel learner's run: learner 0 owns ``run_dir`` (metrics, checkpoints, summary); the
+    others train alike into a scratch directory that is removed after."""
+    import shutil
+    import tempfile
+
+    from echo_rl.distributed.data_parallel import current
+
+    config = current().config
+    if rank == 0:
+        return asyncio.run(EchoRLTrainer(config, run_dir, show_progress=show_progress).train())
+    scratch = tempfile.mkdtemp(prefix=f"echo_rl_learner{rank}_")
+    try:
+        asyncio.run(EchoRLTrainer(config, Path(scratch) / "run", show_progress=False).train())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
 
 
 async def _maybe_await(value: Any) -> Any:
