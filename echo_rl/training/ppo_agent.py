@@ -69,6 +69,15 @@ class PPOAgent(ActorCriticAgent):
                                           self.ppo.gamma, self.ppo.gae_lambda)
         return self._update(buf, advantages, returns)
 
+    def _variances(self, *arrays: np.ndarray) -> list[float]:
+        """Population variance of each array, over the whole global batch with several learners."""
+        if self.dp is None:
+            return [float(np.var(a)) for a in arrays]
+        moments = torch.tensor([[a.size, a.sum(dtype=np.float64), np.square(a, dtype=np.float64).sum()]
+                                for a in arrays], dtype=torch.float64)
+        n, total, sq = self.dp.all_reduce_(moments).unbind(-1)
+        return (sq / n - (total / n) ** 2).tolist()
+
     def _update(self, buf, advantages: np.ndarray, returns: np.ndarray) -> dict[str, float]:
         self.anneal_lr()
         flat = lambda a: torch.as_tensor(a.reshape(-1, *a.shape[2:]), device=self.device)  # noqa: E731
@@ -78,8 +87,8 @@ class PPOAgent(ActorCriticAgent):
         out = ppo_epochs(self.ppo, batch, self.np_rng, lambda idx, it: Forward(*self.network(obs[it])), step,
                          dp=self.dp)
         self.updates += 1
-        var_ret = float(np.var(returns))
-        explained = float("nan") if var_ret == 0 else 1.0 - float(np.var(returns - buf.values)) / var_ret
+        var_ret, var_err = self._variances(returns, returns - buf.values)
+        explained = float("nan") if var_ret == 0 else 1.0 - var_err / var_ret
         return {**out.means, "loss/explained_variance": explained,
                 "loss/learning_rate": self.optimizer.param_groups[0]["lr"], "loss/minibatches": float(out.minibatches),
                 "loss/early_stop": float(out.early_stop)}

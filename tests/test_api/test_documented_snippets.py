@@ -266,8 +266,8 @@ def test_training_config_snippet(monkeypatch, tmp_path):
                             evaluation_frequency=10000, save_frequency=50000, num_actors=128, num_learners=2,
                             batch_size=256, device="cpu")
     assert config.backbone == fetch.DEFAULT_TEXT_BACKBONE and config.num_learners == 2
-    # accepted as a description, refused by the trainer (one line) because it has one learner
-    with pytest.raises(ConfigError, match="num_learners=2 is not implemented") as exc:
+    # accepted as a description, refused by the trainer (one line): data-parallel learners train vector tasks
+    with pytest.raises(ConfigError, match="num_learners=2 is invalid .* on a text task") as exc:
         EchoRLTrainer(config, run_dir=tmp_path / "run")
     assert "\n" not in str(exc.value) and not (tmp_path / "run").exists()
 
