@@ -253,7 +253,7 @@ def main() -> None:
                                  for c in (CONTENDERS if rep % 2 == 0 else CONTENDERS[::-1])]
     for rep, contender in runs:
         cmd = [sys.executable, __file__, *forward, "--contender", contender, "--rep", str(rep)]
-        line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        line = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
         results.append(json.loads(line))
         print(line, flush=True)
     summary = Path(args.out) / "summary.json"
