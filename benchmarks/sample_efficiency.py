@@ -320,7 +320,8 @@ def plot(cells: list[dict], path: Path, unfinished: list[dict] = ()) -> None:
     envs = [e for e in ENVS if any(c["env"] == e for c in [*cells, *unfinished])]
     fig, axes = plt.subplots(1, max(1, len(envs)), figsize=(5 * max(1, len(envs)), 3.8), squeeze=False)
     for ax, env in zip(axes[0], envs):
-        for k, method in enumerate(METHODS):
+        present = [m for m in METHODS if any(c["method"] == m for c in [*cells, *unfinished])]
+        for k, method in enumerate(present):  # colours by the methods present, so they stay distinct
             mine = [c for c in cells if c["method"] == method and c["env"] == env]
             color = f"C{k}"
             if mine:
