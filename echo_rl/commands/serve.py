@@ -10,8 +10,11 @@ HELP = "serve a local backbone (checkpoint path or tiny preset) behind an OpenAI
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backbone", required=True, help="a checkpoint directory, tiny / tiny:<preset>, or "
-                                                     "smollm2-135m (after echo-rl models fetch)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--backbone", help="a checkpoint directory, tiny / tiny:<preset>, or smollm2-135m (after "
+                                         "echo-rl models fetch)")
+    what.add_argument("--run-dir", help="a language-model run `echo-rl train` wrote: its newest checkpoint is "
+                                        "exported (RUN/export/transformers, reused while current) and served")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--model-name", default=None, help="model id clients send (default: the backbone name)")
@@ -45,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from echo_rl.models.loader import backbone_names
     from echo_rl.models.local import check_checkpoint_dir
 
+    if args.run_dir is not None:
+        args.backbone = str(current_export(Path(args.run_dir)))
+        args.model_name = args.model_name or Path(args.run_dir).name
+
     if args.backbone not in backbone_names() and not args.backbone.startswith("tiny:"):
         # not a name: a checkpoint directory, checked here so a typo is "does not exist", not "unknown backbone"
         try:
@@ -60,3 +67,27 @@ def run(args: argparse.Namespace) -> int:
           f"(device {backbone.device})", flush=True)
     ModelServer(app, args.host, args.port, log_level=args.log_level).serve_forever()
     return 0
+
+
+def current_export(run_dir: Path) -> Path:
+    """The run's transformers export of its newest checkpoint, written now unless an earlier one is current."""
+    import json
+
+    from echo_rl.config import ConfigError
+    from echo_rl.export.lm import INFO_FILE, export_lm_run
+    from echo_rl.export.runs import run_config
+    from echo_rl.training.run_dir import RunDirectory
+
+    if not run_dir.is_dir():
+        raise ConfigError(f"--run-dir {run_dir} does not exist")
+    config = run_config(run_dir)
+    newest = RunDirectory(run_dir, config).latest_checkpoint()
+    if newest is None:
+        raise ConfigError(f"--run-dir {run_dir} has no checkpoint yet: train it first (echo-rl train --run-dir ...)")
+    path = run_dir / "export" / "transformers"
+    try:
+        if json.loads((path / INFO_FILE).read_text()).get("checkpoint") == newest.name:
+            return path
+    except (OSError, ValueError, AttributeError):
+        pass  # no earlier export, or an unreadable one: write it again
+    return export_lm_run(run_dir, path)[0]

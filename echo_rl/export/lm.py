@@ -1,7 +1,7 @@
 """Export a language-model run as a plain transformers checkpoint directory.
 
-The LM agent trains the backbone's full weights (``LMAgent.state_dict()["model"]``,
-no adapters), so the export is the backbone rebuilt as the run built it
+The LM agent trains the backbone's full weights or LoRA adapters (``LMAgent.state_dict()["model"]``;
+adapters are merged here: W + scale·B·A), so the export is the backbone rebuilt as the run built it
 (``echo_rl.training.lm.loop.load_policy``: the same preset, seed and tokenizer),
 the trained weights loaded, and ``save_pretrained`` for model and tokenizer
 (chat template included). ``transformers.AutoModelForCausalLM.from_pretrained``,
@@ -34,8 +34,15 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
     from echo_rl.training.lm.loop import load_policy as load_backbone_policy
 
     model, tokenizer = load_backbone_policy(config.backbone, config.seed)
+    lm = config.lm_config
+    if lm.lora_rank:  # the run trained adapters: rebuild them, load, and merge into plain weights
+        from echo_rl.training.lm.lora import add_lora, plain_copy
+
+        model = add_lora(model, lm.lora_rank, lm.lora_alpha, lm.lora_targets)
     try:
         model.load_state_dict(weights)
+        if lm.lora_rank:
+            model = plain_copy(model)
     except RuntimeError as exc:
         raise ConfigError(f"--run-dir {run_dir}/{ckpt}: its weights do not fit backbone {config.backbone!r} "
                           f"({' '.join(str(exc).split())[:160]})") from None

@@ -56,9 +56,9 @@ def test_export_is_the_runs_weights_in_a_transformers_directory(lm_run, exported
     assert tok.chat_template and (exported / "echo_rl_export.json").is_file()
 
 
-def test_export_is_served_by_echo_rl_serve_to_the_openai_client(exported, tmp_path):
-    """`echo-rl serve --backbone EXPORT` (the real command, in its own process) answers the official client
-    with what the exported checkpoint generates locally."""
+def test_a_trained_run_is_served_by_echo_rl_serve_to_the_openai_client(lm_run, exported, tmp_path):
+    """`echo-rl serve --run-dir RUN` (the real command, in its own process) exports the run's newest checkpoint and
+    answers the official client with what the exported checkpoint generates locally."""
     openai = pytest.importorskip("openai")
     pytest.importorskip("fastapi")
     import socket
@@ -73,7 +73,7 @@ def test_export_is_served_by_echo_rl_serve_to_the_openai_client(exported, tmp_pa
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "echo_rl.cli", "serve", "--backbone", str(exported), "--port", str(port),
+    cmd = [sys.executable, "-m", "echo_rl.cli", "serve", "--run-dir", str(lm_run), "--port", str(port),
            "--model-name", "exported", "--device", "cpu", "--torch-threads", "1", "--log-level", "warning"]
     with log.open("w") as err:  # the server process keeps its own descriptor
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
@@ -94,6 +94,14 @@ def test_export_is_served_by_echo_rl_serve_to_the_openai_client(exported, tmp_pa
         server.wait(timeout=30)
     assert resp.choices[0].message.content == local.text
     assert resp.usage.completion_tokens == local.usage.completion_tokens
+    assert (lm_run / "export" / "transformers" / "echo_rl_export.json").is_file()
+
+
+def test_serve_run_dir_bad_input_is_one_line(tmp_path, capsys):
+    assert main(["serve", "--run-dir", str(tmp_path / "nope")]) == 2
+    assert main(["serve", "--run-dir", str(tmp_path)]) == 2  # not a run directory
+    errs = capsys.readouterr().err.strip().splitlines()
+    assert len(errs) == 2 and "does not exist" in errs[0] and str(tmp_path) in errs[1]
 
 
 def test_lm_export_refuses_vector_formats(lm_run, capsys):
