@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft", reason="LoRA needs pip install 'echo-rl[lora]'")
 
 from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
@@ -65,6 +65,16 @@ def test_only_adapters_train_and_a_checkpoint_resumes(checkpoint, tmp_path):
     result = asyncio.run(again.train())
     assert result.num_updates == 2
     assert again.agent.learner.steps == trainer.agent.learner.steps + 1  # resumed, not restarted
+    # the export is a plain transformers checkpoint with the adapters merged in
+    from echo_rl.export.lm import export_lm_run
+
+    path, _ = export_lm_run(run, tmp_path / "export")
+    exported = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).state_dict()
+    merged = merged_state_dict(again.agent.model)
+    assert not any(".lora_" in k for k in exported)
+    for key, value in merged.items():
+        if key in exported:
+            torch.testing.assert_close(exported[key], value, atol=0, rtol=0)
 
 
 def test_a_target_the_model_lacks_is_one_clear_error(checkpoint, tmp_path):
