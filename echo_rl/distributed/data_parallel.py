@@ -85,6 +85,12 @@ class DataParallel:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
+    def any_(self, flag: bool) -> bool:
+        """True on every learner when it is True on any (a stop all of them must agree on)."""
+        t = torch.tensor([1.0 if flag else 0.0])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
+
     def sum_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
         """Sum every parameter's gradient over the learners in one flat all-reduce (a learner with no
         sample in this minibatch contributes zeros)."""

@@ -85,8 +85,15 @@ class EchoRLTrainer:
             # spawn the data-parallel learners; learner 0 trains into this run directory
             from echo_rl.distributed.data_parallel import run_learners
 
-            results = await asyncio.to_thread(run_learners, self.config, _train_learner, str(self.run.path),
-                                              self.show_progress)
+            # Ctrl-C reaches the learners (one process group): they agree to stop, checkpoint and return
+            ignore = threading.current_thread() is threading.main_thread()
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignore else None
+            try:
+                results = await asyncio.to_thread(run_learners, self.config, _train_learner, str(self.run.path),
+                                                  self.show_progress)
+            finally:
+                if ignore:
+                    signal.signal(signal.SIGINT, previous)
             return results[0]
         cfg = self.config
         t0 = time.perf_counter()  # wall time counts everything: setup, warm start, evaluations, iterations
@@ -132,7 +139,7 @@ class EchoRLTrainer:
                 tb.log({f"eval/{k}": v for k, v in last_eval.items()}, 0)
                 history.append({"step": 0, **last_eval})
             with progress:
-                while not self._finished(target) and not self._stop:
+                while not self._finished(target) and not self._stopping():
                     prev = agent.env_steps
                     tic = time.perf_counter()
                     row = await _maybe_await(agent.train_iteration())
@@ -154,7 +161,7 @@ class EchoRLTrainer:
                     if self._due(prev, step, cfg.save_frequency) and not self._finished(target):
                         self._checkpoint()
                     await asyncio.sleep(0)
-            interrupted = self._stop
+            interrupted = self._stopping()
             if not interrupted:
                 last_eval = await evaluate(agent.env_steps)
                 metrics_log.log({"train/updates": float(agent.updates), **{f"eval/{k}": v for k, v in last_eval.items()}},
@@ -194,6 +201,11 @@ class EchoRLTrainer:
         self._stop = True
 
     # -- internals ----------------------------------------------------------------
+    def _stopping(self) -> bool:
+        """A stop was asked for (Ctrl-C, :meth:`request_stop`); data-parallel learners stop together."""
+        learner = _learner()
+        return self._stop if learner is None else learner.any_(self._stop)
+
     def _finished(self, target: int) -> bool:
         return self.agent.env_steps >= target or self.agent.finished
 
