@@ -27,9 +27,10 @@ def _table_after(header_start: str, nth: int = 0) -> list[list[str]]:
 
 def test_every_study_of_the_document_is_in_the_hub():
     studies = [line[3:] for line in DOC if line.startswith("## ")]
-    assert len(studies) == 3
+    assert len(studies) == 5  # the prompting-baselines table has one episode set per cell, no seeds: not a study of runs
     sources = " ".join(scores.load(n).data["source"] for n in scores.names())
-    for anchor in ("#the-ppo-demo-recipe-across-seeds", "#measured", "#held-out-seeds", "#longer-runs"):
+    for anchor in ("#the-ppo-demo-recipe-across-seeds", "#measured", "#held-out-seeds", "#longer-runs",
+                   "#intrinsic-rewards-on-hard-exploration"):
         assert anchor in sources
     for n in scores.names():
         s = scores.load(n)
@@ -143,3 +144,20 @@ def test_studies_feed_the_plots(tmp_path):
     assert sorted(Path(p).name for p in written) == ["aggregate.png", "learning_curves.png"]
     se = scores.load("sample-efficiency-minigrid").plot_summary("success_at_last_eval", reps=200)
     assert set(se["aggregates"]) == {"impala"} and not se["learning_curves"]  # the only complete method
+
+
+def test_intrinsic_study_per_cell_table_and_aggregates():
+    """The intrinsic-reward study: the per-cell table and the IQM of steps to 0.9 follow from the hub's cells."""
+    study = scores.load("intrinsic-multiroom-n2-s4")
+    rows = _table_after("| method | seed 0 |")
+    assert [r[0] for r in rows] == study.methods
+    for method, *cells in rows:
+        steps = study.scores(method, "steps_to_0.9")[:, 0]
+        succ = study.scores(method, "success_at_last_eval")[:, 0]
+        assert cells == [f"{int(s) // 1000}k" if np.isnan(f) else f"{f:.2f}" for s, f in zip(steps, succ)]
+    for method, seeds, reached, _succ, steps_iqm, _time in _table_after("| method | seeds | reached 0.9 |"):
+        mat = study.scores(method, "steps_to_0.9")
+        assert int(seeds) == mat.shape[0] and reached == f"{int(np.isnan(study.scores(method, 'success_at_last_eval')).sum())}/5"
+        assert f"{aggregate_iqm(mat):,.0f}" == steps_iqm.split(" [")[0]
+        steps, values = study.curves(method, "success_rate")
+        assert values.shape == (mat.shape[0], len(steps)) and values.max() <= 1.0
