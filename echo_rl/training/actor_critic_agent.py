@@ -188,9 +188,13 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
 
         run.load_newest(apply, rollout=False)
 
+    def rollout_env_steps(self, buf: RolloutBuffer) -> int:
+        """Env steps one rollout adds to the run's count (every learner's, where several collect)."""
+        return buf.num_steps * buf.num_envs
+
     def train_iteration(self) -> dict[str, float]:
         buf = self.collector.collect(self._policy, self._value)
-        self.env_steps += buf.num_steps * buf.num_envs
+        self.env_steps += self.rollout_env_steps(buf)
         metrics = self.collector.stats.drain()
         if self.env_steps <= self.config.learning_starts:
             return metrics

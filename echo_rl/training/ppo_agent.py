@@ -39,18 +39,8 @@ class PPOAgent(ActorCriticAgent):
         self.collector.next_obs, _ = self.collector.envs.reset(seed=seeds)  # the envs the one learner gives it
         self.generator = torch_generator(dp.config.seed + 1 + 7919 * dp.rank)  # its own action draws
 
-    def train_iteration(self) -> dict[str, float]:
-        if self.dp is None:
-            return super().train_iteration()
-        buf = self.collector.collect(self._policy, self._value)
-        self.env_steps += buf.num_steps * buf.num_envs * self.dp.world_size
-        metrics = self.collector.stats.drain()
-        if self.env_steps <= self.config.learning_starts:
-            return metrics
-        buf, part_metrics = self.learner_batch(buf)
-        metrics.update(part_metrics)
-        metrics.update(self.learn(buf))
-        return metrics
+    def rollout_env_steps(self, buf) -> int:
+        return super().rollout_env_steps(buf) * (1 if self.dp is None else self.dp.world_size)
 
     def data_parallel_step(self, loss: torch.Tensor | None) -> torch.Tensor:
         """:meth:`clipped_step` with the gradients summed over the learners between backward and clipping."""
