@@ -227,20 +227,39 @@ def test_shm_client_republishes_unconsumed_samples_after_a_server_restart(buffer
 
 
 def test_tcp_writer_blocks_on_its_ack_window_while_the_server_is_slow():
+    """The writer stops at its window while the learner host stores nothing, and goes on once it stores again
+    (a gate, not a sleep: on a loaded box a slow client may never outrun a merely slow server)."""
+    import threading
+
     from dist_helpers import RecordingBuffer
 
-    class SlowBuffer(RecordingBuffer):
-        def add(self, batch, priorities=None):
-            time.sleep(0.02)  # a busy learner host: every store takes a while
-            return super().add(batch, priorities)
+    gate = threading.Event()
 
-    buf = SlowBuffer(1 << 12, example=example())
+    class StuckBuffer(RecordingBuffer):
+        def add_granted(self, batch, priorities=None):  # the server stores through it
+            gate.wait(30)  # a busy learner host: nothing is stored until the test lets it
+            return super().add_granted(batch, priorities)
+
+    buf = StuckBuffer(1 << 12, example=example())
     with ReplayServer(buf) as srv:
         with ReplayClient(srv.address, example(), transport="tcp", max_unacked=8, flush_bytes=64) as c:
-            for i in range(120):
-                c.send(make(1, i))
-                assert c.sent - c.acked <= 8 + 1  # never more than the window (+ the sample staged now)
-            assert c.blocked > 0
+            in_flight: list[int] = []
+
+            def send_all():
+                for i in range(120):
+                    c.send(make(1, i))
+                    in_flight.append(c.sent - c.acked)
+
+            sender = threading.Thread(target=send_all, daemon=True)
+            sender.start()
+            deadline = time.monotonic() + 30
+            while c.blocked == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert c.blocked > 0 and len(in_flight) <= 9  # waiting on its window, not sending on
+            gate.set()
+            sender.join(30)
+            assert not sender.is_alive() and len(in_flight) == 120
+            assert max(in_flight) <= 8 + 1  # never more than the window (+ the sample staged now)
             assert c.flush(wait=True, timeout=30)
         np.testing.assert_array_equal(buf.all_keys(), 1_000_000 + np.arange(120))
 
