@@ -89,8 +89,13 @@ def run(args: argparse.Namespace) -> int:
     metrics = asyncio.run(trainer.train())
     ev = metrics.evaluation_results
     if metrics.interrupted:
-        print(f"interrupted at {metrics.total_timesteps:,} env steps; checkpoint saved. Resume with: "
-              f"echo-rl train --resume --run-dir {metrics.run_dir}", file=sys.stderr)
+        if trainer.config.num_learners > 1:  # each learner's envs mid-episode are not checkpointed
+            print(f"interrupted at {metrics.total_timesteps:,} env steps; checkpoint saved (weights). A run with "
+                  f"num_learners > 1 cannot be resumed; evaluate it with: echo-rl eval --run-dir {metrics.run_dir}",
+                  file=sys.stderr)
+        else:
+            print(f"interrupted at {metrics.total_timesteps:,} env steps; checkpoint saved. Resume with: "
+                  f"echo-rl train --resume --run-dir {metrics.run_dir}", file=sys.stderr)
         return 130
     ce = f", held-out env CE {ev['heldout_env_ce']:.3f}" if "heldout_env_ce" in ev else ""
     print(f"done: {metrics.total_timesteps:,} env steps, {metrics.num_updates} updates, "
