@@ -27,10 +27,10 @@ def _table_after(header_start: str, nth: int = 0) -> list[list[str]]:
 
 def test_every_study_of_the_document_is_in_the_hub():
     studies = [line[3:] for line in DOC if line.startswith("## ")]
-    assert len(studies) == 5  # the prompting-baselines table has one episode set per cell, no seeds: not a study of runs
+    assert len(studies) == 5
     sources = " ".join(scores.load(n).data["source"] for n in scores.names())
     for anchor in ("#the-ppo-demo-recipe-across-seeds", "#measured", "#held-out-seeds", "#longer-runs",
-                   "#intrinsic-rewards-on-hard-exploration"):
+                   "#intrinsic-rewards-on-hard-exploration", "#prompting-baselines-with-smollm2"):
         assert anchor in sources
     for n in scores.names():
         s = scores.load(n)
@@ -161,3 +161,17 @@ def test_intrinsic_study_per_cell_table_and_aggregates():
         assert f"{aggregate_iqm(mat):,.0f}" == steps_iqm.split(" [")[0]
         steps, values = study.curves(method, "success_rate")
         assert values.shape == (mat.shape[0], len(steps)) and values.max() <= 1.0
+
+
+def test_prompting_baselines_table_is_the_hubs_episodes():
+    """Every cell of the baselines table: k/n from the hub's per-episode outcomes; unmeasured cells are null."""
+    study = scores.load("prompting-baselines-smollm2")
+    rows = _table_after("| Task | Method | Success@1")
+    assert len(rows) == len(study.tasks) * len(study.methods)
+    for task, method, cell, *_ in rows:
+        rate = study.scores(method, "success_at_1")[0, study.tasks.index(task)]
+        if "/" not in cell:  # not run, or timed out
+            assert np.isnan(rate) and task not in study.method(method)["episodes"]
+            continue
+        outcomes = study.method(method)["episodes"][task]
+        assert cell.startswith(f"{sum(outcomes)}/{len(outcomes)} = {rate:.2f}")
