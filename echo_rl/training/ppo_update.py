@@ -82,18 +82,9 @@ def ppo_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator,
             idx = perm[start:start + mb]
             it = torch.as_tensor(idx, device=batch.actions.device)
             out = forward(idx, it)
-            terms = ppo_loss(out.logits, out.values, batch.actions[it], batch.old_logprobs[it],
-                             batch.old_values[it], batch.advantages[it], batch.returns[it],
-                             clip_epsilon=ppo.clip_epsilon, value_loss_coef=ppo.value_loss_coef,
-                             entropy_coef=ppo.entropy_coef, kl_coef=ppo.kl_coef, value_clip=ppo.value_clip,
-                             normalize_advantages=ppo.normalize_advantages)
-            loss = terms.loss
-            for term in out.losses:
-                loss = loss + term
+            terms, loss = _minibatch_loss(ppo, batch, it, out, batch.advantages[it], ppo.normalize_advantages)
             grad_norm = torch.as_tensor(step(loss), dtype=torch.float32).detach().cpu()
-            sums += torch.stack([terms.policy_loss.detach().cpu(), terms.value_loss.detach().cpu(),
-                                 terms.entropy.detach().cpu(), terms.approx_kl.cpu(), terms.clip_fraction.cpu(),
-                                 grad_norm, *(m.detach().float().cpu() for m in out.metrics)])
+            sums += _metric_row(terms, grad_norm, out)
             count += 1
             if ppo.target_kl is not None and terms.approx_kl.item() > ppo.target_kl:
                 stop = True
@@ -102,6 +93,26 @@ def ppo_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator,
             break
     names = BASE_METRICS + tuple(extra_metrics)
     return PPOEpochs(dict(zip(names, (sums / count).tolist())), count, stop)
+
+
+def _minibatch_loss(ppo: PPOConfig, batch: PPOBatch, it: torch.Tensor, out: Forward, advantages: torch.Tensor,
+                    normalize: bool):
+    """PPO's loss terms on one minibatch and the loss to step: PPO's plus the forward pass's own terms."""
+    terms = ppo_loss(out.logits, out.values, batch.actions[it], batch.old_logprobs[it], batch.old_values[it],
+                     advantages, batch.returns[it], clip_epsilon=ppo.clip_epsilon,
+                     value_loss_coef=ppo.value_loss_coef, entropy_coef=ppo.entropy_coef, kl_coef=ppo.kl_coef,
+                     value_clip=ppo.value_clip, normalize_advantages=normalize)
+    loss = terms.loss
+    for term in out.losses:
+        loss = loss + term
+    return terms, loss
+
+
+def _metric_row(terms, grad_norm: torch.Tensor, out: Forward) -> torch.Tensor:
+    """One minibatch's :data:`BASE_METRICS` and the forward pass's extra metrics, in order."""
+    return torch.stack([terms.policy_loss.detach().cpu(), terms.value_loss.detach().cpu(),
+                        terms.entropy.detach().cpu(), terms.approx_kl.cpu(), terms.clip_fraction.cpu(),
+                        grad_norm, *(m.detach().float().cpu() for m in out.metrics)])
 
 
 def _global_normalise(adv: torch.Tensor, count: int, dp: DataParallel) -> torch.Tensor:
@@ -141,19 +152,9 @@ def _sharded_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator
                 advantages = _global_normalise(advantages, len(global_idx), dp)
             if len(idx):
                 out = forward(idx, it)
-                terms = ppo_loss(out.logits, out.values, batch.actions[it], batch.old_logprobs[it],
-                                 batch.old_values[it], advantages, batch.returns[it],
-                                 clip_epsilon=ppo.clip_epsilon, value_loss_coef=ppo.value_loss_coef,
-                                 entropy_coef=ppo.entropy_coef, kl_coef=ppo.kl_coef, value_clip=ppo.value_clip,
-                                 normalize_advantages=False)
-                loss = terms.loss
-                for term in out.losses:
-                    loss = loss + term
+                terms, loss = _minibatch_loss(ppo, batch, it, out, advantages, normalize=False)
                 grad_norm = torch.as_tensor(step(loss * share), dtype=torch.float32).detach().cpu()
-                local = torch.stack([terms.policy_loss.detach().cpu(), terms.value_loss.detach().cpu(),
-                                     terms.entropy.detach().cpu(), terms.approx_kl.cpu(), terms.clip_fraction.cpu(),
-                                     torch.zeros(()), *(m.detach().float().cpu() for m in out.metrics)])
-                local = local.double() * share
+                local = _metric_row(terms, torch.zeros(()), out).double() * share  # grad norm: set after the sum
             else:
                 grad_norm = torch.as_tensor(step(None), dtype=torch.float32).detach().cpu()
                 local = torch.zeros(width, dtype=torch.float64)
