@@ -1,4 +1,4 @@
-"""The ground floor (config.py, types.py, kernels/) imports nothing of echo_rl above it.
+"""The ground floor (config/, types.py, kernels/) imports nothing of echo_rl above it.
 
 The imports are read from the source (ast), so a function-local ``import`` or an
 ``importlib.import_module("echo_rl...")`` counts as much as a top-level one:
@@ -13,12 +13,13 @@ import pytest
 import echo_rl
 from echo_rl import ConfigError, TrainingConfig
 from echo_rl import config as config_module
+from echo_rl.config import names as name_rules_module
 
 PKG = Path(echo_rl.__file__).parent
 
 # floor -> (its files, the echo_rl modules it may import: itself only)
 FLOORS = {
-    "config": ([PKG / "config.py"], ()),
+    "config": (sorted((PKG / "config").glob("*.py")), ("echo_rl.config",)),
     "types": ([PKG / "types.py"], ()),
     "kernels": (sorted((PKG / "kernels").glob("*.py")), ("echo_rl.kernels",)),
 }
@@ -78,12 +79,28 @@ def test_the_check_sees_local_relative_and_importlib_imports():
         "line 9 imports echo_rl.environments.registry"]
 
 
+def test_the_config_floor_is_every_config_module():
+    """A module added to the config package is checked too, and the old single file is gone."""
+    files = {p.name for p in FLOORS["config"][0]}
+    assert {"__init__.py", "base.py", "components.py", "names.py", "training.py"} <= files
+    assert not (PKG / "config.py").exists()
+
+
+def test_echo_rl_config_still_exports_every_name():
+    expected = {"AUGMENTATION_NAMES", "BandwidthConfig", "ConfigBase", "ConfigError", "ENCODER_NAMES",
+                "EchoAgentConfig", "ExecutionConfig", "LMConfig", "NAME_RULES", "PPOConfig", "PlanningConfig",
+                "ReplayConfig", "TrainingConfig", "name_rule", "parse_override", "register_name_rule", "spec"}
+    assert expected <= set(config_module.__all__)
+    assert all(hasattr(config_module, name) for name in expected)
+    assert config_module._name_rules is name_rules_module._name_rules
+
+
 def test_every_name_rule_is_registered_by_import_echo_rl():
     assert set(config_module._name_rules) == set(config_module.NAME_RULES)
 
 
 def test_a_missing_rule_is_a_clear_error_not_a_skipped_check(monkeypatch):
-    monkeypatch.setattr(config_module, "_name_rules", {})
+    monkeypatch.setattr(name_rules_module, "_name_rules", {})
     with pytest.raises(RuntimeError, match="no 'task' name rule is registered .*echo_rl.environments.registry"):
         TrainingConfig()
 
