@@ -80,6 +80,11 @@ class FlatMiniGridObs(gym.ObservationWrapper):
         snap = minigrid_snapshot(self)
         return snap if snap is not None else {"format": "pickle", "blob": pickle.dumps(self, pickle.HIGHEST_PROTOCOL)}
 
+    def step(self, action):
+        # A Python int: MiniGrid compares the action with ``Actions`` members six times a step, and a
+        # numpy integer against an IntEnum member costs ~1 µs of numpy's protocol probing each time.
+        return super().step(int(action))
+
     def observation(self, obs: dict) -> np.ndarray:
         if obs["mission"] != self._mission:  # missions rarely change: cache the bag
             self._mission = obs["mission"]
