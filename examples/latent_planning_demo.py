@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from echo_rl.config import ConfigError, PlanningConfig
-from echo_rl.core.latent_planning import LatentPlanningOptimizer
 from echo_rl.environments.minigrid import plan_next_action
 from echo_rl.environments.minigrid_vector import make_minigrid_env
 from echo_rl.kernels import EMAPlanTracker
+from echo_rl.planning import LatentPlanningOptimizer
 
 SUBGOAL_ACTIONS = {3: "pickup", 5: "toggle"}  # MiniGrid action ids at which the expert's subgoal changes
 

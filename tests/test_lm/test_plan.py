@@ -12,9 +12,9 @@ transformers = pytest.importorskip("transformers")
 
 from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
 from echo_rl.config import ExecutionConfig, PlanningConfig  # noqa: E402
-from echo_rl.core.latent_planning import PlanDistribution  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments.minigrid import MiniGridEnvironment  # noqa: E402
+from echo_rl.planning import PlanDistribution  # noqa: E402
 from echo_rl.training.lm.batch import collate  # noqa: E402
 from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402

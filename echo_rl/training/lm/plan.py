@@ -1,6 +1,6 @@
 """Latent plans for language-model policies: soft-prefix embeddings placed before each action.
 
-Before action k the :class:`~echo_rl.core.latent_planning.TrajectoryEncoder`
+Before action k the :class:`~echo_rl.planning.TrajectoryEncoder`
 reads the embeddings of the last ``state_window_size`` turns (turn j = the
 mean input embedding of the tokens between action j-1 and action j: the
 observation and its template wrapper) and returns p(τ_k | s_1:k); a
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from echo_rl.config import PlanningConfig
-from echo_rl.core.latent_planning import PlanDistribution, TrajectoryEncoder, gaussian_kl
+from echo_rl.planning import PlanDistribution, TrajectoryEncoder, gaussian_kl
 
 
 def observation_spans(action_spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

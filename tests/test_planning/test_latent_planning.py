@@ -5,7 +5,7 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 from echo_rl.config import ConfigError, PlanningConfig
 from echo_rl.kernels.planning import temporal_kl_batch
-from echo_rl.core.latent_planning import (
+from echo_rl.planning import (
     LatentPlanningOptimizer,
     PlanDistribution,
     PolicyNetwork,
