@@ -126,8 +126,8 @@ def run_case(case: str, clients: int, seconds: float, warmup: float, capacity: i
     else:
         import threading
 
-        from echo_rl.core.replay import PrioritizedReplayBuffer, RateLimiter
         from echo_rl.distributed import ReplayServer
+        from echo_rl.replay import PrioritizedReplayBuffer, RateLimiter
         lim = RateLimiter.queue(QUEUE)
         buf = PrioritizedReplayBuffer(capacity, example=example(), seed=0, sampler="fifo", rate_limiter=lim)
         fill = {k: np.repeat(v[None], 1 << 16, 0) for k, v in example().items()}

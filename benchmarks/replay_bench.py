@@ -109,7 +109,7 @@ def run_numpy_ring(data, idx_u, prios):
 
 
 def run_echo(data, idx_u, prios):
-    from echo_rl.core.prioritized_replay import PrioritizedReplayBuffer
+    from echo_rl.replay import PrioritizedReplayBuffer
 
     example = {k: v[0] for k, v in data.items()}
     buf = PrioritizedReplayBuffer(CAPACITY, alpha=0.6, beta=0.4, example=example, seed=1)

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from echo_rl.core.prioritized_replay import PrioritizedReplayBuffer
+from echo_rl.replay import PrioritizedReplayBuffer
 
 
 def transitions(n: int, episodes: int, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -30,7 +30,7 @@ import struct
 
 import numpy as np
 
-from echo_rl.core.replay.schema import Schema
+from echo_rl.replay.schema import Schema
 
 PROTOCOL_VERSION = 1
 MAGIC = 0xEC40

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from echo_rl.core.replay.buffer import PrioritizedReplayBuffer
+from echo_rl.replay.buffer import PrioritizedReplayBuffer
 
 
 def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Shared fixtures: a small schema whose samples carry (writer, seq) so tests can count them exactly."""
 
 import numpy as np
-from echo_rl.core.replay import PrioritizedReplayBuffer
+from echo_rl.replay import PrioritizedReplayBuffer
 
 
 def example() -> dict:

@@ -80,8 +80,8 @@ SERVER = """
 import sys
 sys.path.insert(0, {helpers!r})
 from dist_helpers import example
-from echo_rl.core.replay import PrioritizedReplayBuffer
 from echo_rl.distributed import ReplayServer
+from echo_rl.replay import PrioritizedReplayBuffer
 buf = PrioritizedReplayBuffer(1 << 12, example=example(), sampler="fifo", seed=0)
 srv = ReplayServer(buf, "127.0.0.1", {port}, checkpoint_path={path!r}).start()
 print(srv.port, buf.ids_issued, flush=True)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from dist_helpers import example
 
-from echo_rl.core.replay.schema import Schema
 from echo_rl.distributed import protocol as P
+from echo_rl.replay.schema import Schema
 
 
 def test_header_round_trip_and_bad_magic():

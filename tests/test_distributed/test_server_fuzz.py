@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from echo_rl.core.replay import PrioritizedReplayBuffer
 from echo_rl.distributed import LearnerClient, ReplayClient, ReplayServer
 from echo_rl.distributed import protocol as P
+from echo_rl.replay import PrioritizedReplayBuffer
 
 SEED = 20261125
 N_OBS = 32  # 144-byte records: one announced 2^20-record frame would be 144 MiB if allocated up front

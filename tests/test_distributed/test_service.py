@@ -43,7 +43,7 @@ def test_every_sample_arrives_once_in_order(buffer, transport):
 def test_send_checks_every_sample_and_stores_unusual_but_valid_ones(buffer, transport):
     """The one-call fast path takes exact arrays; anything else is checked in full (and converted
     or refused naming the leaf) — a refused sample is never published."""
-    from echo_rl.core.replay.schema import SchemaError
+    from echo_rl.replay.schema import SchemaError
 
     with ReplayServer(buffer) as srv:
         with ReplayClient(srv.address, example(), transport=transport) as c:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from dist_helpers import example, make, make_batch
 
-from echo_rl.core.replay import PrioritizedReplayBuffer, RateLimiter
 from echo_rl.distributed import LearnerClient, ReplayClient, ReplayServer
+from echo_rl.replay import PrioritizedReplayBuffer, RateLimiter
 
 
 def test_rate_limited_server_holds_writers_to_the_learners_pace():

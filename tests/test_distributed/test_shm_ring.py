@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from dist_helpers import example, make_batch
 
-from echo_rl.core.replay.schema import Schema
 from echo_rl.distributed import protocol as P
 from echo_rl.distributed.shm_ring import RingReader, RingWriter, ShmRing
+from echo_rl.replay.schema import Schema
 
 pytestmark = pytest.mark.skipif(
     not __import__("os").path.isdir("/dev/shm"), reason="shared-memory transport needs /dev/shm (Linux)")

@@ -7,7 +7,7 @@ import sys
 CODE = """
 import numpy as np
 from echo_rl.kernels import kernels_available, kernels_status
-from echo_rl.core.prioritized_replay import PrioritizedReplayBuffer
+from echo_rl.replay import PrioritizedReplayBuffer
 assert not kernels_available(), kernels_status()
 assert 'ECHO_RL_DISABLE_NATIVE' in kernels_status()
 b = PrioritizedReplayBuffer(8, seed=0)

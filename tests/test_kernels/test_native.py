@@ -5,11 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo_rl.core.prioritized_replay import PrioritizedReplayBuffer
 from echo_rl.kernels import kernels_available
 from echo_rl.kernels import sumtree_ref as ref
 from echo_rl.kernels._backend import native_module
 from echo_rl.kernels.sumtree import SumTree
+from echo_rl.replay import PrioritizedReplayBuffer
 
 pytestmark = pytest.mark.skipif(not kernels_available(), reason="compiled kernels not built")
 nat = native_module()

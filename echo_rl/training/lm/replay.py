@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from echo_rl.config import ReplayConfig
-from echo_rl.core.prioritized_replay import HotColdBuffer
+from echo_rl.replay import HotColdBuffer
 from echo_rl.types import TokenTrajectory
 
 

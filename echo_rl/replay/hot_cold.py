@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from echo_rl.config import ReplayConfig
-from echo_rl.core.replay.buffer import PrioritizedReplayBuffer
-from echo_rl.core.replay.surprise import SurpriseCalculator
+from echo_rl.replay.buffer import PrioritizedReplayBuffer
+from echo_rl.replay.surprise import SurpriseCalculator
 
 
 class HotColdBuffer(PrioritizedReplayBuffer):

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from echo_rl.core.replay import PrioritizedReplayBuffer, RateLimited, RateLimiter, ReplayNotReadyError
-from echo_rl.core.replay.rate_limiter import RateLimiterCancelled
+from echo_rl.replay import PrioritizedReplayBuffer, RateLimited, RateLimiter, ReplayNotReadyError
+from echo_rl.replay.rate_limiter import RateLimiterCancelled
 
 
 def batch_of(ids):

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from echo_rl.config import ReplayConfig
-from echo_rl.core.prioritized_replay import HotColdBuffer, PrioritizedReplayBuffer
 from echo_rl.kernels import kernels_available
+from echo_rl.replay import HotColdBuffer, PrioritizedReplayBuffer
 
 BACKENDS = [False] + ([True] if kernels_available() else [])
 DRAWS = 200_000

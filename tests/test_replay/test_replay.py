@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from echo_rl.config import ReplayConfig
-from echo_rl.core.prioritized_replay import (
+from echo_rl.replay import (
     HotColdBuffer,
     PrioritizedReplayBuffer,
     ReplayNotReadyError,

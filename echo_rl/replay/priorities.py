@@ -3,7 +3,7 @@
 Why a module of its own: the transform (proportional ``(p + eps)^alpha`` or softmax
 ``exp((s - c) / T)`` with a moving shift c, see ``buffer``'s module docstring) and the batched
 priority updates are one concern, separate from storage and sampling; :class:`PriorityRules` is
-mixed into :class:`~echo_rl.core.replay.buffer.PrioritizedReplayBuffer` and reads its trees, raw
+mixed into :class:`~echo_rl.replay.buffer.PrioritizedReplayBuffer` and reads its trees, raw
 priorities and ids.
 """
 

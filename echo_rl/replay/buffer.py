@@ -30,7 +30,7 @@ the sum tree — O(log N) per draw, all draws of a batch advanced together. Impo
 
 Which samples a draw returns is the buffer's *sampler* (``sampler="prioritized" | "uniform" |
 "fifo"``, :mod:`samplers`); the sum trees are kept whichever it is, so priorities survive a
-checkpoint. An optional :class:`~echo_rl.core.replay.rate_limiter.RateLimiter` holds the
+checkpoint. An optional :class:`~echo_rl.replay.rate_limiter.RateLimiter` holds the
 samples-per-insert ratio (Reverb's semantics): ``add``/``add_one`` wait for permission to insert and
 ``sample`` for permission to draw, up to ``timeout`` (then :class:`RateLimited`); the waits happen
 outside the buffer's lock, so a blocked writer never blocks the learner that would release it.
@@ -52,16 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from echo_rl.core.replay.priorities import PriorityRules, _check_float, _check_int
-from echo_rl.core.replay.rate_limiter import DEFAULT, RateLimited, RateLimiter
-from echo_rl.core.replay.samplers import ReplayNotReadyError, Sampler, make_sampler
-from echo_rl.core.replay.schema import Schema, SchemaError
-from echo_rl.core.replay.surprise import SurpriseCalculator
 from echo_rl.kernels import sumtree_ref
 from echo_rl.kernels.sumtree import SumTree
+from echo_rl.replay.experience import ExperienceAPI
+from echo_rl.replay.priorities import PriorityRules, _check_float, _check_int
+from echo_rl.replay.rate_limiter import DEFAULT, RateLimited, RateLimiter
+from echo_rl.replay.samplers import ReplayNotReadyError, Sampler, make_sampler
+from echo_rl.replay.schema import Schema, SchemaError
+from echo_rl.replay.surprise import SurpriseCalculator
 
 MODES = ("proportional", "softmax")
-_FORMAT = 1
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Batch:
         return int(self.indices.shape[0])
 
 
-class PrioritizedReplayBuffer(PriorityRules):
+class PrioritizedReplayBuffer(PriorityRules, ExperienceAPI):
     """Prioritized replay ring of ``capacity`` samples of any pytree shape (see module docstring).
 
     Parameters: ``mode`` ("proportional" | "softmax"), ``alpha`` (PER exponent), ``beta``
@@ -451,52 +451,11 @@ class PrioritizedReplayBuffer(PriorityRules):
                 raise SchemaError(f"out leaf '{lf.name}' must be C-contiguous and writable")
         return tuple(leaves)
 
-    # -------------------------------------------------------- product API
-    def add_experience(self, state, latent_plan, action, reward, next_state, done) -> int:
-        """Store one transition scored by plan surprise; return its id.
-
-        The score is ``surprise_weight * ||tau - tau_bar||^2 + reward_weight * |r|`` against the
-        EMA plan before this one (which is then folded in). It is the sample's softmax score, or
-        its priority in proportional mode.
-        """
-        with self._lock:
-            score = self.surprise.score(latent_plan, reward)
-            sample = {"state": state, "latent_plan": latent_plan, "action": action, "reward": reward,
-                      "next_state": next_state, "done": done}
-            return self.add_one(sample, priority=score)
-
-    def sample_batch(self, batch_size: int, temperature: float | None = None):
-        """Product API: ``(experiences, weights)``; ``experiences`` is the sampled pytree (a dict
-        for ``add_experience`` data) with the ids under ``experiences["indices"]`` when it is a
-        dict. A new ``temperature`` is kept for later calls."""
-        with self._lock:
-            if temperature is not None:
-                self.set_temperature(temperature)
-            batch = self.sample(batch_size)
-            data = batch.data
-            if isinstance(data, dict):
-                data = dict(data)
-                data["indices"] = batch.indices
-            return data, batch.weights
-
     # ---------------------------------------------------------- persistence
-    def _meta(self) -> dict:
-        return {
-            "format": _FORMAT, "class": type(self).__name__, "lengths": self._lengths, "ratios": self._ratios,
-            "mode": self.mode, "alpha": self.alpha, "beta": self.beta, "temperature": self.temperature,
-            "priority_epsilon": self.priority_epsilon, "min_experiences": self.min_experiences,
-            "next_id": self._next_id, "max_priority": self._max_priority, "max_score": self._max_score,
-            "shift": self._shift, "rng": self._rng.bit_generator.state, "stats": self.stats,
-            "schema": None if self.schema is None else self.schema.to_json(),
-            "surprise": self.surprise.state_json(),
-            "sampler": self.sampler.name, "sampler_state": self.sampler.state(),
-            "rate_limiter": None if self.rate_limiter is None else self.rate_limiter.state(),
-        }
-
     def save(self, path: str | os.PathLike, extra: dict | None = None) -> None:
         """Write contents, priorities, trees, RNG, sampler, rate-limiter and surprise state to one
         ``.npz`` (atomically, fsynced). ``extra``: JSON-able state of the caller saved alongside."""
-        from echo_rl.core.replay.persistence import save_buffer
+        from echo_rl.replay.persistence import save_buffer
 
         save_buffer(self, path, extra)
 
@@ -504,7 +463,7 @@ class PrioritizedReplayBuffer(PriorityRules):
         """Restore a buffer written by :meth:`save`: identical contents and sampling state; returns
         the ``extra`` saved with it ({} if none). The file must come from a buffer with the same
         layout (capacity / region sizes)."""
-        from echo_rl.core.replay.persistence import load_buffer
+        from echo_rl.replay.persistence import load_buffer
 
         return load_buffer(self, path)
 

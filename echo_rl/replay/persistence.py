@@ -15,16 +15,31 @@ from pathlib import Path
 
 import numpy as np
 
-from echo_rl.core.replay.schema import Schema
+from echo_rl.replay.schema import Schema
 
 FORMAT = 1
+
+
+def buffer_meta(buf) -> dict:
+    """A buffer's sampling state as JSON-able metadata: everything but the arrays (data, raw priorities, trees)."""
+    return {
+        "format": FORMAT, "class": type(buf).__name__, "lengths": buf._lengths, "ratios": buf._ratios,
+        "mode": buf.mode, "alpha": buf.alpha, "beta": buf.beta, "temperature": buf.temperature,
+        "priority_epsilon": buf.priority_epsilon, "min_experiences": buf.min_experiences,
+        "next_id": buf._next_id, "max_priority": buf._max_priority, "max_score": buf._max_score,
+        "shift": buf._shift, "rng": buf._rng.bit_generator.state, "stats": buf.stats,
+        "schema": None if buf.schema is None else buf.schema.to_json(),
+        "surprise": buf.surprise.state_json(),
+        "sampler": buf.sampler.name, "sampler_state": buf.sampler.state(),
+        "rate_limiter": None if buf.rate_limiter is None else buf.rate_limiter.state(),
+    }
 
 
 def save_buffer(buf, path, extra: dict | None = None) -> None:
     with buf._lock:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = buf._meta()
+        meta = buffer_meta(buf)
         meta["extra"] = extra or {}
         raw = buf._raw if buf._raw is not None else np.zeros(0)
         arrays = {"raw": raw, "meta": np.array(json.dumps(meta))}
