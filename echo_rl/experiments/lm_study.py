@@ -1,6 +1,6 @@
 """GRPO vs ECHO (λ ∈ {0.01, 0.05}) vs ECHO + latent plan on a text task, several seeds, one command.
 
-    python -m echo_rl.training.lm.study --out runs/lm_study --seeds 0 1 2 --jobs 2
+    python -m echo_rl.experiments.lm_study --out runs/lm_study --seeds 0 1 2 --jobs 2
 
 Each (arm, seed) is an ordinary ``echo-rl train`` run (its own process, run
 directory, checkpoints; a second invocation resumes unfinished runs and skips

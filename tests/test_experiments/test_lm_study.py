@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from echo_rl.training.lm.study import ARMS, EXTRA_ARMS, ci95, main, run_config, summarize, write_summary
+from echo_rl.experiments.lm_study import ARMS, EXTRA_ARMS, ci95, main, run_config, summarize, write_summary
 
 
 def test_ci95_by_hand():
@@ -74,7 +74,7 @@ def test_summarize_only_cli(tmp_path, capsys):
 
 def test_extend_copies_a_finished_run_and_raises_its_updates(tmp_path):
     from echo_rl.config import TrainingConfig
-    from echo_rl.training.lm.study import extend
+    from echo_rl.experiments.lm_study import extend
 
     old = tmp_path / "old" / "grpo-seed0"
     (old / "checkpoints").mkdir(parents=True)
