@@ -1,4 +1,5 @@
-"""Clients of the replay server: writers (:class:`ReplayClient`) and remote learners (:class:`LearnerClient`).
+"""Clients of the replay server: writers (:class:`ReplayClient`, here) and remote learners
+(:class:`~echo_rl.distributed.learner_client.LearnerClient`, re-exported here with the handshake's errors).
 
 A writer sends pytree samples (``send``) or whole trajectories / batches (``send_batch``: every
 leaf with a leading axis). On the server's host it writes into a shared-memory ring; elsewhere it
@@ -23,77 +24,23 @@ from typing import Any
 
 import numpy as np
 
-from echo_rl.core.replay.buffer import Batch
-from echo_rl.core.replay.schema import Schema
 from echo_rl.distributed import protocol as P
-from echo_rl.distributed.server import new_stream_id
+from echo_rl.replay.schema import Schema
+from echo_rl.distributed.client_handshake import (
+    ReplayServerBusy,
+    ReplayServerError,
+    handshake,
+    new_stream_id,
+    parse_address,
+    refusal,
+)
+from echo_rl.distributed.learner_client import LearnerClient
 from echo_rl.distributed.shm_ring import RingWriter, ShmRing, check_platform
 from echo_rl.kernels._backend import native_module
 
+__all__ = ["LearnerClient", "ReplayClient", "ReplayServerBusy", "ReplayServerError", "new_stream_id", "parse_address"]
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class ReplayServerError(ConnectionError):
-    """The server refused this client (schema or version mismatch, protocol error, authentication); not retried."""
-
-
-class ReplayServerBusy(ConnectionError):
-    """The server closed the connection for a passing reason (connection cap, idle or handshake timeout):
-    an ordinary connection error, so the client reconnects (and resends) until its deadline."""
-
-
-def _error(body: dict, prefix: str) -> ConnectionError:
-    reason = body.get("reason")
-    return (ReplayServerBusy if body.get("retry") is True else ReplayServerError)(f"{prefix}: {reason}")
-
-
-def parse_address(address) -> tuple[str, int]:
-    if isinstance(address, str):
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"address={address!r} is invalid: expected 'host:port'")
-        return host or "127.0.0.1", int(port)
-    host, port = address
-    return str(host), int(port)
-
-
-def _handshake(sock: socket.socket, body: dict, secret: bytes | None = None) -> tuple[dict, int]:
-    """HELLO, then (if the server asks) the AUTH challenge; returns the WELCOME body and seq."""
-    sock.sendall(P.HELLO_MAGIC + P.json_frame(P.HELLO, body))
-    challenged = False
-    while True:
-        ftype, _, count, seq = P.unpack_header(_recv_exact(sock, P.HEADER_SIZE))
-        data = P.parse_json(ftype, _recv_exact(sock, count)) if count <= P.MAX_JSON_BYTES else {}
-        if ftype != P.AUTH:
-            break
-        if challenged:
-            raise ReplayServerError("replay server sent a second AUTH challenge")
-        challenged = True
-        if secret is None:
-            raise ReplayServerError(f"replay server requires a shared secret: pass secret= or set ${P.SECRET_ENV}")
-        nonce = data.get("nonce")
-        try:
-            nonce = bytes.fromhex(nonce)
-        except (TypeError, ValueError):
-            raise ReplayServerError("replay server sent a malformed AUTH challenge") from None
-        sock.sendall(P.json_frame(P.AUTH, {"mac": P.auth_mac(secret, nonce)}))
-    if ftype == P.ERROR:
-        raise _error(data, "replay server refused the connection")
-    if ftype != P.WELCOME:
-        raise ReplayServerError(f"replay server answered {P.TYPE_NAMES[ftype]} to HELLO")
-    return data, seq
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray(n)
-    view = memoryview(out)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            raise ConnectionError("replay server closed the connection")
-        got += k
-    return bytes(out)
 
 
 class ReplayClient:
@@ -192,7 +139,7 @@ class ReplayClient:
         self._sock = sock
         body = P.hello_body(self.schema, self.client_id, self.transport, self._acked)
         body["stream"] = self.stream
-        info, seq = _handshake(sock, body, self._secret)
+        info, seq = handshake(sock, body, self._secret)
         sock.settimeout(None)
         if self.transport == "shm":
             old = self._writer
@@ -389,7 +336,7 @@ class ReplayClient:
                     if self._ack_end - pos - P.HEADER_SIZE < count:
                         break
                     body = P.parse_json(P.ERROR, bytes(self._ackbuf[pos + P.HEADER_SIZE: pos + P.HEADER_SIZE + count]))
-                    raise _error(body, "replay server closed the connection")
+                    raise refusal(body, "replay server closed the connection")
                 else:
                     raise ReplayServerError(f"unexpected {P.TYPE_NAMES[ftype]} frame from the server")
             rest = self._ack_end - pos
@@ -447,105 +394,3 @@ class ReplayClient:
         return {"client/sent": float(self.sent), "client/acked": float(self.acked),
                 "client/in_flight": float(self.sent - self.acked), "client/ack_latency_s": self.ack_latency_s,
                 "client/reconnects": float(self.reconnects), "client/blocked": float(blocked)}
-
-
-class LearnerClient:
-    """A learner in another process: ``sample(n)`` returns a Batch whose data are views over the received bytes."""
-
-    def __init__(self, address, example: Any, *, connect_timeout: float = 10.0, client_id: str = "learner",
-                 secret: str | bytes | None = None):
-        self.host, self.port = parse_address(address)
-        self._secret = P.as_secret(secret) if secret is not None else P.secret_from_env()
-        self.schema = example if isinstance(example, Schema) else Schema.from_example(example)
-        self.rec = P.record_dtype(self.schema)
-        self.client_id = client_id
-        self.connect_timeout = connect_timeout
-        self._sock: socket.socket | None = None
-
-    def connect(self) -> "LearnerClient":
-        sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock = sock
-        body = P.hello_body(self.schema, self.client_id, "tcp", 0, role="learner")
-        body["stream"] = new_stream_id()
-        try:
-            _handshake(sock, body, self._secret)
-        except BaseException:
-            self.close()
-            raise
-        sock.settimeout(None)
-        return self
-
-    def _reconnect_if_lost(self) -> None:
-        """Before a request: the server sends nothing unasked but an ERROR before it closes. A retryable
-        one (dropped for idling) means reconnect; any other is raised as before."""
-        try:
-            peek = self._sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            raise ConnectionError(f"replay server connection lost: {exc}") from exc
-        if not peek:
-            raise ConnectionError("replay server closed the connection")
-        self._sock.settimeout(5.0)
-        try:
-            ftype, _, count, _ = P.unpack_header(_recv_exact(self._sock, P.HEADER_SIZE))
-            body = P.parse_json(ftype, _recv_exact(self._sock, count)) if ftype == P.ERROR else {}
-        finally:
-            self._sock.settimeout(None)
-        if ftype != P.ERROR:
-            raise ReplayServerError(f"unexpected {P.TYPE_NAMES[ftype]} frame from the server")
-        err = _error(body, "replay server closed the connection")
-        if not isinstance(err, ReplayServerBusy):
-            raise err
-        self.close()
-        self.connect()
-
-    def __enter__(self) -> "LearnerClient":
-        return self.connect()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def sample(self, n: int) -> Batch:
-        """Ask the server for n samples (blocks until its buffer is ready)."""
-        if not 0 < int(n) <= P.MAX_FRAME_SAMPLES:
-            raise ValueError(f"n={n!r} is invalid: must be in [1, {P.MAX_FRAME_SAMPLES}]")
-        self._reconnect_if_lost()
-        try:
-            return self._sample(int(n))
-        except ReplayServerBusy:  # dropped for idling just as the request went out: it was not served
-            self.close()
-            self.connect()
-            return self._sample(int(n))
-
-    def _sample(self, n: int) -> Batch:
-        self._sock.sendall(P.pack_header(P.SAMPLE, n, 0))
-        ftype, _, count, _ = P.unpack_header(_recv_exact(self._sock, P.HEADER_SIZE))
-        if ftype == P.ERROR:
-            raise _error(P.parse_json(ftype, _recv_exact(self._sock, count)), "replay server refused the request")
-        if ftype != P.BATCH or count != n:
-            raise ReplayServerError(f"expected a BATCH of {n}, got {P.TYPE_NAMES[ftype]} of {count}")
-        body = _recv_exact(self._sock, 24 * n + n * self.rec.itemsize)
-        ids = np.frombuffer(body, np.int64, n, 0)
-        weights = np.frombuffer(body, np.float64, n, 8 * n)
-        probs = np.frombuffer(body, np.float64, n, 16 * n)
-        recs = np.frombuffer(body, self.rec, n, 24 * n)
-        return Batch(P.records_to_tree(self.schema, recs), ids, weights, probs)
-
-    def update_priorities(self, indices, priorities) -> None:
-        ids = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
-        pr = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
-        if ids.shape != pr.shape:
-            raise ValueError(f"indices has {ids.size} entries, priorities {pr.size}")
-        self._reconnect_if_lost()
-        self._sock.sendall(P.pack_header(P.PRIORITIES, ids.size, 0) + ids.tobytes() + pr.tobytes())
-
-    def close(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.sendall(P.pack_header(P.BYE, 0, 0))
-            except OSError:
-                pass
-            self._sock.close()
-            self._sock = None

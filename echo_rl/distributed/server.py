@@ -17,7 +17,10 @@ Exactly-once: each writer stream (a random id per ``ReplayClient``) has a next e
 number that survives reconnects; a sample is added only when its seq is the expected one, resends
 of stored seqs are skipped, and a gap closes the connection. An ACK is sent only after the add.
 
-The TCP read loop lives in :mod:`tcp_ingest`.
+Rooms: this module holds the storing and serving core (lifecycle, the learner API, stores through
+the rate limiter and checkpoint lock, metrics); :mod:`connections` accepts peers, runs the handshake
+and hands each to its role — :mod:`tcp_ingest` (TCP writers), :mod:`shm_ingest` (shared-memory
+writers), :mod:`learner_serving` (remote learners).
 
 Limits (:mod:`limits`): a connection cap (over it: a retryable ERROR, no thread), a whole-handshake
 deadline, an idle timeout (a TCP writer or learner must complete a frame every ``idle_timeout``
@@ -47,23 +50,23 @@ import queue
 import socket
 import threading
 import time
-import uuid
 
 import numpy as np
 
-from echo_rl.core.replay.buffer import Batch
-from echo_rl.core.replay.rate_limiter import RateLimited, RateLimiterCancelled
-from echo_rl.core.replay.samplers import ReplayNotReadyError
+from echo_rl.replay.buffer import Batch
+from echo_rl.replay.rate_limiter import RateLimited, RateLimiterCancelled
+from echo_rl.replay.samplers import ReplayNotReadyError
 from echo_rl.distributed import checkpoint as ckpt
 from echo_rl.distributed import protocol as P
-from echo_rl.distributed.limits import Closed as _Closed
-from echo_rl.distributed.limits import Refuser, ServerLimits, Timeout, bind_warning, recv_exact
-from echo_rl.distributed.tcp_ingest import ClientStats, Stream, read_stream
 from echo_rl.distributed import shm_ingest
-from echo_rl.distributed.shm_ring import SHM_DIR
+from echo_rl.distributed.client_handshake import new_stream_id  # noqa: F401 (its old home; clients name streams)
+from echo_rl.distributed.connections import accept_loop, shutdown
+from echo_rl.distributed.limits import Closed as _Closed
+from echo_rl.distributed.limits import Refuser, ServerLimits, bind_warning
+from echo_rl.distributed.shm_ring import SHM_DIR, RingReader
+from echo_rl.distributed.tcp_ingest import ClientStats, Stream
 
 log = logging.getLogger("echo_rl.replay_server")
-
 
 
 class ReplayServer:
@@ -107,7 +110,7 @@ class ReplayServer:
         self._sock: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, Stream] = {}
         self._stats: dict[str, ClientStats] = {}
         self._rings: dict[int, tuple[RingReader, str]] = {}
         self._ring_gone: set[int] = set()
@@ -142,8 +145,8 @@ class ReplayServer:
         self._sock = sock
         self.port = sock.getsockname()[1]
         self._started = time.monotonic()
-        for target, name in ((self._accept_loop, "replay-accept"), (self._ring_loop, "replay-shm")):
-            t = threading.Thread(target=target, name=name, daemon=True)
+        for target, name in ((accept_loop, "replay-accept"), (shm_ingest.ring_loop, "replay-shm")):
+            t = threading.Thread(target=target, args=(self,), name=name, daemon=True)
             t.start()
             self._threads.append(t)
         if self.checkpoint_every is not None:
@@ -167,7 +170,7 @@ class ReplayServer:
         self._stop.set()
         with self._lock:
             for c in list(self._conns):
-                _shutdown(c)
+                shutdown(c)
         for t in self._threads:
             t.join(timeout=10)
         self._threads.clear()
@@ -369,184 +372,3 @@ class ReplayServer:
         records = runs[0] if len(runs) == 1 else np.concatenate(runs)
         self._add_limited(lambda lo, hi: P.records_to_tree(self.schema, records[lo:hi]), len(records), st)
         stats.note(len(records), records.nbytes)
-
-    def _accept_loop(self) -> None:
-        cap = self.limits.max_connections
-        while not self._stop.is_set():
-            self._refuser.tick()
-            try:
-                conn, peer = self._sock.accept()
-            except (TimeoutError, socket.timeout):
-                continue
-            except OSError:
-                break
-            with self._lock:
-                n = len(self._conns)
-                if n < cap:
-                    self._conns.add(conn)
-            if n >= cap:  # no thread for it: an ERROR the client retries on, then a close
-                msg = f"too many connections ({n} open, max_connections={cap})"
-                log.warning("refusing replay connection from %s:%d: %s", peer[0], peer[1], msg)
-                self._refuser.refuse(conn, P.json_frame(P.ERROR, {"reason": msg, "retry": True}))
-                continue
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            t = threading.Thread(target=self._serve_conn, args=(conn, peer), name=f"replay-conn-{peer}", daemon=True)
-            t.start()
-            self._threads = [x for x in self._threads if x.is_alive()]
-            self._threads.append(t)
-
-    def _drop(self, conn: socket.socket, peer, reason: str | None, retry: bool = False) -> None:
-        if reason:
-            msg = f"closing replay connection from {peer[0]}:{peer[1]}: {reason}"
-            log.warning(msg)
-            self.closed_reasons.append(msg)
-            self._closed_count += 1
-            try:
-                conn.settimeout(0.5)
-                conn.sendall(P.json_frame(P.ERROR, {"reason": reason, "retry": retry} if retry else {"reason": reason}))
-            except OSError:
-                pass
-        with self._lock:
-            self._conns.discard(conn)
-        _shutdown(conn)
-        conn.close()
-
-    def _serve_conn(self, conn: socket.socket, peer) -> None:
-        reason, retry = None, False
-        try:
-            deadline = time.monotonic() + self.limits.handshake_timeout  # for the whole handshake
-            magic = recv_exact(conn, len(P.HELLO_MAGIC), deadline, "the handshake")
-            if magic != P.HELLO_MAGIC:
-                raise P.ProtocolError(f"not an EchoRL replay client (first bytes {magic[:8]!r})")
-            ftype, _, count, _ = P.unpack_header(recv_exact(conn, P.HEADER_SIZE, deadline, "HELLO"))
-            if ftype != P.HELLO:
-                raise P.ProtocolError(f"expected HELLO, got {P.TYPE_NAMES[ftype]}")
-            if count > P.MAX_JSON_BYTES:
-                raise P.ProtocolError(f"HELLO body of {count} bytes exceeds {P.MAX_JSON_BYTES}")
-            raw = recv_exact(conn, count, deadline, "HELLO")
-            if self._secret is not None:  # before the HELLO is even parsed
-                self._authenticate(conn, deadline)
-            body = P.parse_json(P.HELLO, raw)
-            cid, transport, next_seq, role = P.check_hello(body, self.schema)
-            stream = body.get("stream")
-            if not isinstance(stream, str) or not 0 < len(stream) <= 64:
-                raise P.ProtocolError(f"stream={P.short(stream)} is invalid: must be a non-empty string of <= 64 chars")
-            conn.settimeout(None)
-            stats = self._stats.setdefault(cid, ClientStats())
-            stats.connections += 1
-            if role == "learner":
-                self._serve_learner(conn)
-            elif transport == "shm":
-                self._serve_shm(conn, peer, cid, stats)
-            else:
-                self._serve_tcp(conn, cid, stream, next_seq, stats)
-        except _Closed:
-            pass
-        except P.ProtocolError as exc:
-            reason = str(exc)
-        except Timeout as exc:
-            reason, retry = str(exc), True
-        except (TimeoutError, socket.timeout):
-            reason, retry = "timed out sending to the peer", True
-        except OSError as exc:
-            if not self._stop.is_set():
-                log.info("replay connection from %s:%d ended: %s", peer[0], peer[1], exc)
-        except Exception as exc:  # a bug or a buffer error must not take the server down
-            reason = f"internal error: {exc!r}"
-            log.exception("replay connection from %s:%d failed", *peer[:2])
-        self._drop(conn, peer, reason, retry)
-
-    def _authenticate(self, conn: socket.socket, deadline: float) -> None:
-        """HMAC challenge-response: the client answers HMAC(secret, label + nonce); compared in constant time."""
-        nonce = P.new_nonce()
-        conn.sendall(P.json_frame(P.AUTH, {"nonce": nonce.hex(), "alg": "hmac-sha256"}))
-        try:
-            ftype, _, count, _ = P.unpack_header(recv_exact(conn, P.HEADER_SIZE, deadline, "the AUTH reply"))
-            if ftype != P.AUTH:
-                raise P.ProtocolError(f"authentication failed: expected AUTH, got {P.TYPE_NAMES[ftype]}")
-            if count > P.MAX_AUTH_BYTES:
-                raise P.ProtocolError(f"authentication failed: AUTH body of {count} bytes exceeds {P.MAX_AUTH_BYTES}")
-            body = P.parse_json(P.AUTH, recv_exact(conn, count, deadline, "the AUTH reply"))
-        except _Closed:
-            raise P.ProtocolError("authentication failed: the client closed the connection instead of answering "
-                                  "the challenge (it has no shared secret?)") from None
-        if not P.check_mac(self._secret, nonce, body.get("mac")):
-            raise P.ProtocolError("authentication failed: wrong shared secret")
-
-    def _serve_tcp(self, conn: socket.socket, cid: str, stream_id: str, client_next: int, stats) -> None:
-        with self._lock:
-            st = self._streams.get(stream_id)
-            if st is None:
-                st = self._streams[stream_id] = Stream(cid, client_next)
-            old = st.conn
-        if old is not None:  # a reconnect while the old connection lingers: it must stop first
-            _shutdown(old)
-        if not st.lock.acquire(timeout=30):
-            raise P.ProtocolError(f"stream {stream_id} is still being served by another connection")
-        try:
-            st.conn = conn
-            if client_next > st.next_seq:
-                raise P.ProtocolError(f"next_seq={client_next} is ahead of the server's {st.next_seq} for this stream: "
-                                      f"the server restarted from a checkpoint taken before samples [{st.next_seq}, "
-                                      f"{client_next}) of it were acknowledged; they are lost")
-            conn.sendall(P.json_frame(P.WELCOME, {"version": P.PROTOCOL_VERSION, "record_size": self.rec.itemsize},
-                                      seq=st.next_seq))
-            read_stream(self, conn, st, stats)
-        finally:
-            if st.conn is conn:
-                st.conn = None
-            st.lock.release()
-
-    def _serve_shm(self, conn: socket.socket, peer, cid: str, stats: ClientStats) -> None:
-        shm_ingest.serve_shm(self, conn, peer, cid, stats)
-
-    def _ring_loop(self) -> None:
-        shm_ingest.ring_loop(self)
-
-    def _serve_learner(self, conn: socket.socket) -> None:
-        conn.sendall(P.json_frame(P.WELCOME, {"version": P.PROTOCOL_VERSION, "record_size": self.rec.itemsize}))
-        idle = self.limits.idle_timeout
-        per_sample = 24 + self.rec.itemsize  # id, weight, probability, record
-        while True:
-            deadline = None if idle is None else time.monotonic() + idle  # a whole request within idle_timeout
-            try:
-                ftype, _, count, seq = P.unpack_header(recv_exact(conn, P.HEADER_SIZE, deadline, "a learner request"))
-            except Timeout:
-                raise Timeout(f"no learner request in {idle:g}s (idle_timeout)") from None
-            if ftype == P.BYE:
-                raise _Closed()
-            if ftype == P.SAMPLE:
-                if not 0 < count <= P.MAX_FRAME_SAMPLES:
-                    raise P.ProtocolError(f"SAMPLE count={count} is invalid: must be in [1, {P.MAX_FRAME_SAMPLES}]")
-                if count * per_sample > self.limits.max_reply_bytes:
-                    raise P.ProtocolError(f"SAMPLE count={count} asks for {count * per_sample} bytes; the limit is "
-                                          f"max_reply_bytes={self.limits.max_reply_bytes}")
-                batch = self.sample(count)
-                recs = P.tree_to_records(self.schema, self.rec, batch.data)
-                conn.settimeout(idle)  # a learner that stops reading is dropped like an idle one
-                conn.sendall(P.pack_header(P.BATCH, count, 0) + np.ascontiguousarray(batch.indices, np.int64).tobytes()
-                             + np.ascontiguousarray(batch.weights, np.float64).tobytes()
-                             + np.ascontiguousarray(batch.probabilities, np.float64).tobytes() + recs.tobytes())
-            elif ftype == P.PRIORITIES:
-                if not 0 < count <= P.MAX_FRAME_SAMPLES:
-                    raise P.ProtocolError(f"PRIORITIES count={count} is invalid")
-                body = recv_exact(conn, 16 * count, deadline, "a PRIORITIES frame")
-                ids = np.frombuffer(body, np.int64, count=count)
-                pr = np.frombuffer(body, np.float64, count=count, offset=8 * count)
-                try:
-                    self.buffer.update_priorities(ids, pr)
-                except ValueError as exc:
-                    raise P.ProtocolError(f"bad PRIORITIES frame: {exc}") from None
-            else:
-                raise P.ProtocolError(f"unexpected {P.TYPE_NAMES[ftype]} frame from a learner")
-
-
-def _shutdown(conn: socket.socket) -> None:
-    try:
-        conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-def new_stream_id() -> str:
-    return uuid.uuid4().hex
