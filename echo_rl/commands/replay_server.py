@@ -11,37 +11,67 @@ _DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "
            "uint64", "bool")
 
 
+class _Invalid:
+    """A flag value that does not parse; :func:`run` reports it as one ConfigError line (argparse's own error
+    would print the whole usage)."""
+
+    def __init__(self, text: str, allowed: str):
+        self.text, self.allowed = text, allowed
+
+
+def _typed(kind, what: str):
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            return _Invalid(text, f"expected {what}")
+    return parse
+
+
+def _one_of(*allowed: str):
+    def parse(text: str):
+        return text if text in allowed else _Invalid(text, f"allowed: {', '.join(allowed)}")
+    return parse
+
+
+_int, _float = _typed(int, "an integer"), _typed(float, "a number")
+_SAMPLING_MODES = ("proportional", "softmax")
+_SAMPLERS = ("prioritized", "uniform", "fifo")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leaf", action="append", default=[], metavar="NAME:DTYPE:SHAPE",
                    help="one leaf of the flat sample dict, e.g. obs:float32:84 or frame:uint8:3x64x64 or "
                         "reward:float32: (scalar); repeat per leaf")
     p.add_argument("--schema-json", default=None,
                    help="a file with Schema.to_json() of a nested sample (instead of --leaf)")
-    p.add_argument("--capacity", type=int, default=1_000_000, help="buffer capacity in samples")
-    p.add_argument("--sampling-mode", default="proportional", choices=("proportional", "softmax"))
-    p.add_argument("--min-experiences", type=int, default=1000, help="samples stored before learners may sample")
-    p.add_argument("--sampler", default="prioritized", choices=("prioritized", "uniform", "fifo"))
-    p.add_argument("--samples-per-insert", type=float, default=None,
+    p.add_argument("--capacity", type=_int, default=1_000_000, help="buffer capacity in samples")
+    p.add_argument("--sampling-mode", default="proportional", type=_one_of(*_SAMPLING_MODES),
+                   metavar="{" + ",".join(_SAMPLING_MODES) + "}", help=f"how priorities become probabilities: {', '.join(_SAMPLING_MODES)}")
+    p.add_argument("--min-experiences", type=_int, default=1000, help="samples stored before learners may sample")
+    p.add_argument("--sampler", default="prioritized", type=_one_of(*_SAMPLERS),
+                   metavar="{" + ",".join(_SAMPLERS) + "}", help=f"which samples a batch draws: {', '.join(_SAMPLERS)}")
+    p.add_argument("--samples-per-insert", type=_float, default=None,
                    help="rate limiter (Reverb's SampleToInsertRatio, min size = --min-experiences); needs --error-buffer")
-    p.add_argument("--error-buffer", type=float, default=None, help="the rate limiter's band half-width")
+    p.add_argument("--error-buffer", type=_float, default=None, help="the rate limiter's band half-width")
     p.add_argument("--checkpoint", default=None, help="restore from this file if it exists, and checkpoint to it")
-    p.add_argument("--checkpoint-every", type=float, default=60.0, help="seconds between checkpoints (with --checkpoint)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-every", type=_float, default=60.0, help="seconds between checkpoints (with --checkpoint)")
+    p.add_argument("--seed", type=_int, default=0)
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
-    p.add_argument("--port", type=int, default=7470, help="TCP port (0: any free port, printed at start)")
-    p.add_argument("--shm-capacity", type=int, default=1 << 16, help="samples per shared-memory ring")
+    p.add_argument("--port", type=_int, default=7470, help="TCP port (0: any free port, printed at start)")
+    p.add_argument("--shm-capacity", type=_int, default=1 << 16, help="samples per shared-memory ring")
     p.add_argument("--metrics-jsonl", default=None, help="append server metrics here every --metrics-every s")
-    p.add_argument("--metrics-every", type=float, default=10.0, help="seconds between metric lines")
-    p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: run until ^C)")
+    p.add_argument("--metrics-every", type=_float, default=10.0, help="seconds between metric lines")
+    p.add_argument("--duration", type=_float, default=0.0, help="stop after this many seconds (0: run until ^C)")
     p.add_argument("--secret-file", default=None,
                    help="file holding a shared secret every client must prove it knows (HMAC handshake); default: "
                         "$ECHORL_REPLAY_SECRET if set, else no authentication")
-    p.add_argument("--max-connections", type=int, default=256, help="open connections at most (more are refused)")
-    p.add_argument("--handshake-timeout", type=float, default=10.0, help="seconds a client has for the whole handshake")
-    p.add_argument("--idle-timeout", type=float, default=600.0,
+    p.add_argument("--max-connections", type=_int, default=256, help="open connections at most (more are refused)")
+    p.add_argument("--handshake-timeout", type=_float, default=10.0, help="seconds a client has for the whole handshake")
+    p.add_argument("--idle-timeout", type=_float, default=600.0,
                    help="seconds a TCP writer or learner may go without completing a frame (0: never dropped)")
-    p.add_argument("--max-rings", type=int, default=64, help="shared-memory rings at most")
-    p.add_argument("--max-rings-per-client", type=int, default=4, help="shared-memory rings one client_id may hold")
+    p.add_argument("--max-rings", type=_int, default=64, help="shared-memory rings at most")
+    p.add_argument("--max-rings-per-client", type=_int, default=4, help="shared-memory rings one client_id may hold")
 
 
 def _parse_leaf(text: str):
@@ -68,7 +98,7 @@ def build_schema(args):
     import json
 
     from echo_rl.config import ConfigError
-    from echo_rl.core.replay.schema import Schema
+    from echo_rl.replay.schema import Schema
 
     if bool(args.leaf) == bool(args.schema_json):
         raise ConfigError("give the sample schema either as --leaf NAME:DTYPE:SHAPE (repeated) or --schema-json FILE")
@@ -106,10 +136,13 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from echo_rl.config import ConfigError
-    from echo_rl.core.replay import PrioritizedReplayBuffer
     from echo_rl.distributed import ReplayServer
+    from echo_rl.replay import PrioritizedReplayBuffer
     from echo_rl.utils.monitoring import JsonlLogger
 
+    for dest, value in vars(args).items():
+        if isinstance(value, _Invalid):
+            raise ConfigError(f"--{dest.replace('_', '-')}={value.text!r} is invalid: {value.allowed}")
     for flag, value, lo in (("--capacity", args.capacity, 1), ("--min-experiences", args.min_experiences, 1),
                             ("--shm-capacity", args.shm_capacity, 2)):
         if value < lo:
@@ -134,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--checkpoint-every={args.checkpoint_every} is invalid: must be > 0")
     limiter = None
     if args.samples_per_insert is not None:
-        from echo_rl.core.replay import RateLimiter
+        from echo_rl.replay import RateLimiter
 
         try:
             limiter = RateLimiter.sample_to_insert_ratio(args.samples_per_insert, args.min_experiences,

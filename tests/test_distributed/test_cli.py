@@ -46,6 +46,11 @@ def test_replay_server_command_serves_writers_and_learners(tmp_path):
     (["--leaf", "obs:float32:3", "--secret-file", "/nonexistent/secret"], "--secret-file='/nonexistent/secret' cannot"),
     (["--leaf", "obs:float32:3", "--samples-per-insert", "4"], "--samples-per-insert and --error-buffer go together"),
     (["--leaf", "obs:float32:3", "--samples-per-insert", "4", "--error-buffer", "1"], "error_buffer=1.0 is too small"),
+    # argparse's own errors would print the whole usage: a bad choice or number is one line too
+    (["--leaf", "obs:float32:3", "--sampler", "lifo"], "--sampler='lifo' is invalid: allowed: prioritized, uniform, fifo"),
+    (["--leaf", "obs:float32:3", "--sampling-mode", "rank"], "--sampling-mode='rank' is invalid: allowed: proportional"),
+    (["--leaf", "obs:float32:3", "--capacity", "1e6"], "--capacity='1e6' is invalid: expected an integer"),
+    (["--leaf", "obs:float32:3", "--idle-timeout", "soon"], "--idle-timeout='soon' is invalid: expected a number"),
 ])
 def test_bad_arguments_give_one_line_errors(args, message):
     proc = _cli(*args, "--duration", "1")
