@@ -12,26 +12,40 @@ for off-policy learners.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from echo_rl.core.replay import PrioritizedReplayBuffer
+from echo_rl.distributed.limits import ServerLimits
 from echo_rl.distributed.server import ReplayServer
+from echo_rl.replay import PrioritizedReplayBuffer
 from echo_rl.utils.optional import require
+
+
+def _check_limits(limits) -> None:
+    if limits is not None and not isinstance(limits, ServerLimits):
+        raise TypeError(f"limits must be a ServerLimits, got {type(limits).__name__}")
 
 
 class ReplayService:
     """Body of the Ray actor: a :class:`PrioritizedReplayBuffer` behind a :class:`ReplayServer`.
 
     ``host=None`` listens on the Ray node's IP (127.0.0.1 on a local, loopback-only Ray).
+    ``secret``: the shared secret every writer and learner must prove it knows (None: no
+    authentication; on a cluster the service listens on the node's IP, so set one there). It reaches
+    the actor as a constructor argument, which Ray keeps in its control store; clients take theirs
+    from ``secret=`` or ``$ECHORL_REPLAY_SECRET``. ``limits``: the server's
+    :class:`~echo_rl.distributed.limits.ServerLimits` (None: the defaults).
     ``buffer_kwargs`` go to the buffer (``alpha``, ``beta``, ``min_experiences``, ``seed``, ...).
     """
 
-    def __init__(self, example: Any, capacity: int, host: str | None = None, port: int = 0,
-                 **buffer_kwargs):
+    def __init__(self, example: Any, capacity: int, host: str | None = None, port: int = 0, *,
+                 secret: str | bytes | None = None, limits: ServerLimits | None = None, **buffer_kwargs):
         ray = require("ray", "distributed")
         host = host or ray.util.get_node_ip_address()
+        _check_limits(limits)
         self.buffer = PrioritizedReplayBuffer(capacity, example=example, **buffer_kwargs)
-        self.server = ReplayServer(self.buffer, host, port).start()
+        limit_kwargs = dataclasses.asdict(limits) if limits is not None else {}
+        self.server = ReplayServer(self.buffer, host, port, secret=secret, **limit_kwargs).start()
 
     def address(self) -> tuple[str, int]:
         return self.server.address
@@ -51,13 +65,17 @@ class ReplayService:
 
 
 def start_replay_service(example: Any, capacity: int, *, host: str | None = None, port: int = 0,
-                         num_cpus: float = 1, max_restarts: int = 0, **buffer_kwargs):
+                         num_cpus: float = 1, max_restarts: int = 0, secret: str | bytes | None = None,
+                         limits: ServerLimits | None = None, **buffer_kwargs):
     """Start the service as a Ray actor on a running Ray; returns ``(actor, (host, port))``.
+
+    ``secret`` and ``limits`` go to the server (see :class:`ReplayService`).
 
     A restarted service (``max_restarts`` > 0) starts with an empty buffer on a new port: writers
     must be given the new address, which is why restarts are off by default.
     """
     ray = require("ray", "distributed")
+    _check_limits(limits)  # here, not as the actor's construction error
     actor_cls = ray.remote(num_cpus=num_cpus, max_restarts=max_restarts)(ReplayService)
-    actor = actor_cls.remote(example, capacity, host, port, **buffer_kwargs)
+    actor = actor_cls.remote(example, capacity, host, port, secret=secret, limits=limits, **buffer_kwargs)
     return actor, tuple(ray.get(actor.address.remote()))
