@@ -1,8 +1,9 @@
-"""The three core parts (latent planning, execution engine, prioritized replay) and bandwidth accounting.
+"""The promised import paths ``echo_rl.core`` and ``echo_rl.core.*``: thin compatibility modules.
 
-The config classes are re-exported here; the heavier classes are imported from
-their modules (``echo_rl.core.latent_planning`` etc.) so importing ``echo_rl.core``
-stays cheap.
+The code lives in rooms named for what they hold: ``echo_rl.planning`` (``core.latent_planning``),
+``echo_rl.engine`` (``core.async_execution``), ``echo_rl.replay`` (``core.prioritized_replay``);
+``core.bandwidth`` is the bandwidth accounting's promised path. The config classes are re-exported here;
+the heavier classes are imported from their modules so importing ``echo_rl.core`` stays cheap.
 """
 
 from echo_rl.config import BandwidthConfig, ExecutionConfig, PlanningConfig, PPOConfig, ReplayConfig
