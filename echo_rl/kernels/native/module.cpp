@@ -1,7 +1,7 @@
 // The Python module ``echo_rl.kernels._native``: the method table over the kernels of sumtree.cpp,
 // rows.cpp and batch_math.cpp. Built by setup.py with nothing but a C++ compiler (CPython C API
 // and the buffer protocol, no numpy headers). Every kernel mirrors a numpy reference in
-// sumtree_ref.py or echo_rl/core/replay; the property tests compare them on random inputs.
+// sumtree_ref.py or echo_rl/replay; the property tests compare them on random inputs.
 #include "common.h"
 
 namespace echo_native {
