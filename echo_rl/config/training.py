@@ -70,6 +70,10 @@ class TrainingConfig(ConfigBase):
     ray_address: str | None = spec(None, help="Ray cluster address for backend=ray (None: start a local Ray)")
     ray_num_workers: int | None = spec(None, help="Ray rollout actors for backend=ray, each owning a slice of "
                                                   "the num_actors envs (None: num_actors // 8, at least 1)")
+    max_policy_lag: int | None = spec(None, help="asynchronous collection (impala): actors keep collecting while "
+                                                 "the learner updates, and unrolls more than this many updates old "
+                                                 "are dropped, the rest V-trace-corrected (None or 0: synchronous)",
+                                      min=0)
     batch_size: int = spec(1024, help="transitions per learner update", min=1)
     device: str = spec("cpu", help="torch device: cpu, cuda, cuda:N or mps")
     torch_threads: int = spec(1, help="torch intra-op CPU threads while training (0: torch's default); small "
@@ -118,6 +122,9 @@ class TrainingConfig(ConfigBase):
                                             "(e.g. rnd)")
         if self.ray_num_workers is not None and not 1 <= self.ray_num_workers <= self.num_actors:
             self._fail("ray_num_workers", self.ray_num_workers, f"must be between 1 and num_actors={self.num_actors}")
+        if self.max_policy_lag and self.agent != "impala":
+            self._fail("max_policy_lag", self.max_policy_lag, f"asynchronous collection is built for the impala agent "
+                                                              f"(V-trace); agent={self.agent!r} collects synchronously")
 
     def _validate_text(self) -> None:
         if self.backbone is None:  # the registered pretrained model is the default, once fetched

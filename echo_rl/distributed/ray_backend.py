@@ -251,6 +251,54 @@ class RemoteCollector:
         return ray.get([w.pid.remote() for w in self.workers])
 
 
+class AsyncRemoteCollector(RemoteCollector):
+    """Asynchronous IMPALA's unroll source on Ray (``max_policy_lag``): workers keep collecting while the learner
+    trains.
+
+    Each worker has one rollout in flight. ``take()`` returns the first one to finish, as an
+    :class:`~echo_rl.training.async_actors.Unroll` tagged with the version it was collected with, and at once
+    sends that worker the newest weights for its next rollout, so it collects through the learner's update.
+    A failed worker is restarted and its rollout recollected with the weights it was sent (as in the
+    synchronous collector); the staleness gate then judges that rollout's version like any other.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._inflight: dict = {}  # ref -> (worker index, weights ref, version)
+
+    def _submit(self, j: int) -> None:
+        weights, version = self._weights(), self.version
+        self._inflight[self.workers[j].collect.remote(weights, version)] = (j, weights, version)
+
+    def take(self):
+        from echo_rl.training.async_actors import Unroll
+
+        ray = _ray()
+        if not self._inflight:
+            for j in range(len(self.workers)):
+                self._submit(j)
+        ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=self.restart_timeout_s)
+        if not ready:
+            raise RuntimeError(f"no Ray worker returned a rollout within {self.restart_timeout_s:.0f} s")
+        j, weights, version = self._inflight.pop(ready[0])
+        out = self._result(j, ready[0], weights, version)
+        self._submit(j)
+        stats = EpisodeStats()
+        for ret, length, success in zip(out["returns"], out["lengths"], out["successes"]):
+            stats.add(ret, length, success)
+        return Unroll({name: out[name] for name in ROLLOUT_FIELDS}, out["next_obs"], int(out["version"]), stats)
+
+    def publish(self, network: torch.nn.Module, version: int) -> None:
+        """The learner's weights after ``version`` updates go to each worker with its next rollout."""
+        self.set_version(version)
+
+    def pause(self) -> None:
+        """Nothing to do: a worker answers ``rollout_state`` after the rollout it has in flight."""
+
+    def resume(self) -> None:
+        pass
+
+
 class _SpacesOnly:
     """What a vector agent's constructor reads from its envs; the Ray learner itself steps no env."""
 
@@ -290,8 +338,9 @@ class RayAgentMixin:
         try:
             actor = ray.remote(num_cpus=1, max_restarts=max_restarts, max_task_retries=0)(RolloutWorker)
             self._ray_workers = [actor.remote(config, part) for part in self.slices]
-            self.collector = RemoteCollector(self.network, self._ray_workers, self.slices, self.collector.buffer,
-                                             max_restarts, restart_timeout_s)
+            collector = AsyncRemoteCollector if getattr(self, "gate", None) is not None else RemoteCollector
+            self.collector = collector(self.network, self._ray_workers, self.slices, self.collector.buffer,
+                                       max_restarts, restart_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -301,6 +350,10 @@ class RayAgentMixin:
         metrics = super().train_iteration()
         metrics["ray/worker_restarts"] = float(self.collector.restarts)
         return metrics
+
+    def unroll_source(self) -> AsyncRemoteCollector:
+        """Asynchronous IMPALA (``max_policy_lag``) takes its unrolls from the Ray workers."""
+        return self.collector
 
     @property
     def workers(self) -> list:

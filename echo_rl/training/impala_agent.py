@@ -29,6 +29,14 @@ rate, gamma, entropy/value weights, grad clip, LR annealing, unroll size
 (``ppo_config.batch_size``). ``ppo_config.num_epochs``, ``gae_lambda``,
 ``clip_epsilon``, ``kl_coef`` and ``value_clip`` are PPO's and unused here;
 V-trace's rho_bar and c_bar come from ``echo_config``.
+
+Asynchronous (``max_policy_lag`` >= 1), as in the paper: actors keep collecting
+while the learner updates (:mod:`echo_rl.training.async_actors`: a background
+actor thread in-process, Ray workers with ``backend=ray``). Each unroll carries
+the policy version that acted and its behaviour log-probabilities; a batch is
+the first unrolls to arrive covering ``num_actors`` envs, those more than
+``max_policy_lag`` updates old dropped, and V-trace corrects the rest. The
+default (None) is the synchronous learner above, unchanged.
 """
 
 from __future__ import annotations
@@ -37,7 +45,9 @@ import numpy as np
 import torch
 
 from echo_rl.algorithms.vtrace import next_values_from, vtrace
+from echo_rl.config import ConfigError
 from echo_rl.training.actor_critic_agent import ActorCriticAgent
+from echo_rl.training.async_actors import StalenessGate, ThreadActor, UnrollBatch, gather_batch
 from echo_rl.training.rollout import RolloutBuffer
 
 
@@ -54,6 +64,72 @@ class IMPALAAgent(ActorCriticAgent):
     #: passes over each rollout; IMPALA's learner is single-pass (see the module docstring)
     passes = 1
 
+    def __init__(self, config, envs, device: torch.device):
+        lag = config.max_policy_lag
+        if lag and config.intrinsic_reward:
+            envs.close()
+            raise ConfigError(f"TrainingConfig.intrinsic_reward={config.intrinsic_reward!r} is invalid with "
+                              f"max_policy_lag={lag}: asynchronous actors do not keep the next observations it reads")
+        super().__init__(config, envs, device)
+        self.gate = StalenessGate(lag) if lag else None
+        self._actor: ThreadActor | None = None  # started by the first asynchronous iteration
+
+    # -- asynchronous collection (max_policy_lag) -------------------------------
+    def unroll_source(self):
+        """Where asynchronous unrolls come from: the actor thread over this agent's envs (Ray overrides it)."""
+        if self._actor is None:
+            self._actor = ThreadActor(self.collector, self.network, self.generator, self.updates)
+        return self._actor
+
+    def train_iteration(self) -> dict[str, float]:
+        if self.gate is None:
+            return super().train_iteration()
+        source = self.unroll_source()
+        source.resume()
+        batch, steps, metrics = gather_batch(source.take, self.gate, self.updates, self.num_envs)
+        self.env_steps += steps
+        if self.env_steps <= self.config.learning_starts:
+            return metrics
+        buf, part_metrics = self.learner_batch(batch)
+        metrics.update(part_metrics)
+        metrics.update(self.learn(buf))
+        source.publish(self.network, self.updates)
+        return metrics
+
+    # A checkpoint pauses a running actor thread between unrolls until the next iteration, so the sampler
+    # state and the envs it saves belong together. Unrolls already queued are not part of it: a resumed run
+    # continues from the envs' state.
+    def rollout_state(self):
+        if self._actor is not None:
+            self._actor.pause()
+        return super().rollout_state()
+
+    def state_dict(self) -> dict:
+        if self._actor is not None:
+            self._actor.pause()
+        state = super().state_dict()
+        if self.gate is not None:  # the run's count of dropped unrolls goes on after a resume
+            state["async_dropped_stale"] = self.gate.dropped
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.gate is not None:
+            self.gate.dropped = int(state.get("async_dropped_stale", 0))
+
+    def load_rollout_state(self, collector) -> None:
+        self._stop_actor()
+        super().load_rollout_state(collector)
+
+    def _stop_actor(self) -> None:
+        if self._actor is not None:
+            self._actor.close()
+            self._actor = None
+
+    def close(self) -> None:
+        self._stop_actor()
+        super().close()
+
     def learn(self, buf: RolloutBuffer) -> dict[str, float]:
         ppo, echo = self.ppo, self.config.echo_config
         self.anneal_lr()
@@ -62,7 +138,8 @@ class IMPALAAgent(ActorCriticAgent):
         rewards, term, trunc, final_v = t(buf.rewards), t(buf.terminated), t(buf.truncated), t(buf.final_values)
         discounts = ppo.gamma * (~term).float()
         continues = (~(term | trunc)).float()
-        next_obs = t(self.collector.next_obs)
+        # an asynchronous batch bootstraps each column from its own unroll's next observation
+        next_obs = t(buf.next_obs if isinstance(buf, UnrollBatch) else self.collector.next_obs)
         T, N = buf.num_steps, buf.num_envs
         sums = torch.zeros(6)
         count = 0

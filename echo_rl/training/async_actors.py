@@ -1,0 +1,271 @@
+"""Asynchronous collection with bounded staleness (IMPALA's actor/learner split, Espeholt et al. 2018).
+
+Actors keep collecting while the learner updates. Each *unroll* (one actor's
+rollout of ``T`` steps over its envs) carries the policy version that acted
+(the learner's update count when the actor loaded the weights) and that
+version's behaviour log-probabilities, so V-trace corrects exactly the lag it
+has. The learner builds each batch from whichever unrolls arrive first, drops
+those more than ``max_policy_lag`` updates old (counted: ``async/dropped_stale``)
+and reports the lag of the ones it learns from (``async/policy_lag_mean`` /
+``_max``). Actors pull the newest weights before each unroll.
+
+Sources of unrolls (``take() -> Unroll``, ``publish(network, version)``,
+``pause()`` / ``resume()``, ``close()``):
+
+- :class:`ThreadActor` — in-process: one background thread drives the agent's own
+  collector with an acting copy of the network; a queue of ``queue_size`` unrolls
+  lets it run that far ahead. Env stepping and torch ops overlap with the learner
+  where they release the GIL (``vector_env=async`` steps the envs in worker processes).
+- ``ray_backend.AsyncRemoteCollector`` — Ray workers, one rollout in flight each.
+- :class:`LockstepSource` — no concurrency: acts with the weights of a given
+  schedule of lags, so a lag's effect can be studied (and tested) without timing noise.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector
+
+#: per-step arrays an unroll carries (RolloutBuffer's fields)
+UNROLL_FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "final_values")
+
+
+@dataclass
+class Unroll:
+    """One actor's rollout ``[T, n]``, the observation after it (the bootstrap), and the version that acted."""
+
+    arrays: dict[str, np.ndarray]
+    next_obs: np.ndarray
+    version: int
+    stats: EpisodeStats = field(default_factory=EpisodeStats)
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.arrays["actions"].shape[1])
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.arrays["actions"].size)
+
+    @classmethod
+    def from_buffer(cls, buf: RolloutBuffer, next_obs: np.ndarray, version: int, stats: EpisodeStats) -> "Unroll":
+        """A copy of ``buf``'s arrays (the collector reuses its buffer for the next rollout)."""
+        return cls({name: np.array(getattr(buf, name)) for name in UNROLL_FIELDS}, np.array(next_obs), version, stats)
+
+
+class UnrollBatch(RolloutBuffer):
+    """Unrolls side by side on the env axis: what one learner update consumes.
+
+    ``next_obs`` holds each column's bootstrap observation and ``versions`` the
+    policy version that acted in each column.
+    """
+
+    def __init__(self, unrolls: list[Unroll]):
+        if not unrolls:
+            raise ValueError("an unroll batch needs at least one unroll")
+        first = unrolls[0].arrays["obs"]
+        width = sum(u.num_envs for u in unrolls)
+        super().__init__(first.shape[0], width, first.shape[2:], first.dtype)
+        start = 0
+        for u in unrolls:
+            cols = slice(start, start + u.num_envs)
+            for name in UNROLL_FIELDS:
+                getattr(self, name)[:, cols] = u.arrays[name]
+            start = cols.stop
+        self.next_obs = np.concatenate([u.next_obs for u in unrolls], axis=0)
+        self.versions = np.concatenate([np.full(u.num_envs, u.version, np.int64) for u in unrolls])
+
+
+class StalenessGate:
+    """Admits unrolls at most ``max_policy_lag`` learner updates old; counts the dropped ones and the lags."""
+
+    def __init__(self, max_policy_lag: int):
+        if max_policy_lag < 1:
+            raise ValueError(f"max_policy_lag={max_policy_lag} is invalid: asynchronous collection needs >= 1")
+        self.max_policy_lag = max_policy_lag
+        self.dropped = 0  # over the run (async/dropped_stale)
+        self.dropped_steps = 0
+
+    def admit(self, unroll: Unroll, learner_version: int) -> bool:
+        lag = learner_version - unroll.version
+        if lag < 0:
+            raise RuntimeError(f"an unroll of policy version {unroll.version} is newer than the learner's "
+                               f"{learner_version}")
+        if lag > self.max_policy_lag:
+            self.dropped += 1
+            self.dropped_steps += unroll.env_steps
+            return False
+        return True
+
+
+def gather_batch(take: Callable[[], Unroll], gate: StalenessGate, learner_version: int,
+                 width: int) -> tuple[UnrollBatch, int, dict[str, float]]:
+    """Take unrolls until the admitted ones cover ``width`` envs; returns (batch, env steps taken, metrics).
+
+    Dropped unrolls still count as env steps (the actors took them) and their
+    finished episodes still count in the episode statistics.
+    """
+    admitted: list[Unroll] = []
+    stats = EpisodeStats()
+    steps = 0
+    while sum(u.num_envs for u in admitted) < width:
+        unroll = take()
+        steps += unroll.env_steps
+        for ret, length, success in zip(unroll.stats.returns, unroll.stats.lengths, unroll.stats.successes):
+            stats.add(ret, length, success)
+        if gate.admit(unroll, learner_version):
+            admitted.append(unroll)
+    lags = [learner_version - u.version for u in admitted]
+    metrics = stats.drain()
+    metrics.update({"async/policy_lag_mean": float(np.mean(lags)), "async/policy_lag_max": float(max(lags)),
+                    "async/dropped_stale": float(gate.dropped), "async/unrolls": float(len(admitted))})
+    return UnrollBatch(admitted), steps, metrics
+
+
+@torch.no_grad()
+def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: np.ndarray):
+    """Actions, their log-probabilities and values under ``network`` (the actor-critic agents' sampler)."""
+    logits, values = network(torch.as_tensor(obs))
+    logp = torch.log_softmax(logits, -1)
+    actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return actions.numpy(), logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1).numpy(), values.numpy()
+
+
+class ThreadActor:
+    """The in-process actor: a background thread collecting with the newest published weights.
+
+    It owns ``collector`` (the agent's envs) and ``generator`` while it runs; the
+    learner touches neither until :meth:`pause` returns. Its network is a CPU copy
+    of the learner's, refreshed from :meth:`publish` before each unroll. It starts an
+    unroll only while fewer than ``queue_size`` wait to be taken, so with the default
+    of 1 it collects the next unroll while the learner learns from the last: a lag of
+    one update when the learner is the bottleneck.
+    """
+
+    def __init__(self, collector: VectorRolloutCollector, network: torch.nn.Module, generator: torch.Generator,
+                 version: int, queue_size: int = 1):
+        self.collector, self.generator = collector, generator
+        self.network = copy.deepcopy(network).cpu().requires_grad_(False)
+        self._weights: tuple[int, dict] = (version, {})
+        self._version = version
+        self._queue: queue.Queue[Unroll] = queue.Queue()
+        self._slots = threading.Semaphore(queue_size)  # unrolls collected or being collected, not yet taken
+        self._cond = threading.Condition()
+        self._paused = self._busy = self._stop = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="echo-rl-actor", daemon=True)
+        self._thread.start()
+
+    def publish(self, network: torch.nn.Module, version: int) -> None:
+        """Make the learner's current weights, ``version``, the ones the next unroll acts with."""
+        self._weights = (version, {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items()})
+
+    def _policy(self, obs):
+        return sample_policy(self.network, self.generator, obs)
+
+    def _value(self, obs):
+        with torch.no_grad():
+            return self.network.value(torch.as_tensor(obs)).numpy()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                # a free slot first: the unroll then starts with the weights the learner published last
+                while not self._slots.acquire(timeout=0.2):
+                    if self._stop:
+                        return
+                with self._cond:
+                    while self._paused and not self._stop:
+                        self._cond.wait()
+                    if self._stop:
+                        return
+                    self._busy = True
+                version, weights = self._weights
+                try:
+                    if version != self._version:
+                        self.network.load_state_dict(weights)
+                        self._version = version
+                    buf = self.collector.collect(self._policy, self._value)
+                    stats, self.collector.stats = self.collector.stats, EpisodeStats()
+                    self._queue.put(Unroll.from_buffer(buf, self.collector.next_obs, version, stats))
+                finally:
+                    with self._cond:
+                        self._busy = False
+                        self._cond.notify_all()
+        except BaseException as exc:  # handed to the learner by take()
+            self._error = exc
+
+    def take(self) -> Unroll:
+        """The oldest unroll not yet taken (waits for one); re-raises the actor's error."""
+        while True:
+            try:
+                unroll = self._queue.get(timeout=0.2)
+                self._slots.release()
+                return unroll
+            except queue.Empty:
+                if self._error is not None:
+                    raise RuntimeError(f"the actor thread failed: {type(self._error).__name__}: "
+                                       f"{self._error}") from self._error
+                if not self._thread.is_alive():
+                    raise RuntimeError("the actor thread stopped")
+
+    def pause(self) -> None:
+        """Stop between unrolls (the collector is then the learner's to snapshot) until :meth:`resume`."""
+        with self._cond:
+            self._paused = True
+            while self._busy:
+                self._cond.wait()
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+
+
+class LockstepSource:
+    """Unrolls collected in the learner's thread, unroll ``k`` acting with the weights of ``lags[k]`` updates
+    ago (at most as old as the run): a fixed, reproducible policy lag. A one-worker asynchronous Ray run has
+    the schedule ``[0, 1, 1, ...]``."""
+
+    def __init__(self, collector: VectorRolloutCollector, network: torch.nn.Module, generator: torch.Generator,
+                 version: int, lags: Callable[[int], int]):
+        self.collector, self.generator, self.lags = collector, generator, lags
+        self.network = copy.deepcopy(network).cpu().requires_grad_(False)
+        self.history = {version: copy.deepcopy(self.network.state_dict())}  # every published version's weights
+        self.version, self.taken = version, 0
+
+    def publish(self, network: torch.nn.Module, version: int) -> None:
+        self.history[version] = {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items()}
+        self.version = version
+
+    def take(self) -> Unroll:
+        version = max(min(self.history), self.version - self.lags(self.taken))
+        self.taken += 1
+        self.network.load_state_dict(self.history[version])
+        buf = self.collector.collect(lambda obs: sample_policy(self.network, self.generator, obs),
+                                     lambda obs: self.network.value(torch.as_tensor(obs)).detach().numpy())
+        stats, self.collector.stats = self.collector.stats, EpisodeStats()
+        return Unroll.from_buffer(buf, self.collector.next_obs, version, stats)
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
