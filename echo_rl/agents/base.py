@@ -63,8 +63,11 @@ def parse_action(text: str) -> str:
     return extract_reply(text, False)
 
 
-# tasks whose actions span several lines (a grid)
-MULTILINE_TASKS = ("arc",)
+def is_multiline_task(task: str) -> bool:
+    """Whether a text task's actions span several lines (ARC's grids): its ``TaskSpec.multiline``."""
+    from echo_rl.environments.registry import task_spec
+
+    return task_spec(task).multiline
 
 
 def parse_reply(text: str, multiline: bool) -> str:

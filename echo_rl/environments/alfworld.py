@@ -326,7 +326,10 @@ def _factory(**kw: Any) -> ALFWorldEnvironment:
     return ALFWorldEnvironment(ALFWorldConfig(**kw))
 
 
-registry.register_text_env("alfworld", _factory)
+registry.register_text_env(
+    "alfworld", _factory, train_config={"split": "valid_train"}, eval_config={"split": "valid_unseen"},
+    prompting=True, description="ALFWorld 2.1.1 household games (TextWorld PDDL)",
+    data="game files: echo-rl env-data --download alfworld (or $ECHO_RL_ALFWORLD_DIR); needs the alfworld extra")
 
 __all__ = ["ALFWorldConfig", "ALFWorldEnvironment", "TASK_TYPES", "game_files", "game_meta", "to_213",
            "from_213"]

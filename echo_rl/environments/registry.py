@@ -1,54 +1,139 @@
-"""Task names -> environment factories.
+"""The task registry: task names -> :class:`TaskSpec` (factory and metadata), and vector task names.
 
 Vector tasks (small policies) are MiniGrid ids: ``minigrid`` (DoorKey-5x5),
 ``minigrid:<EnvId>`` or a bare ``MiniGrid-...`` / ``BabyAI-...`` id, and the
 gymnasium tasks of :mod:`echo_rl.environments.gym_vector`: ``gym:<EnvId>``
 (classic-control ids also bare: ``CartPole-v1``), ``minigrid-pixels:<EnvId>``
-and ``atari:<Game>``. Text tasks
-(language-model agents) are registered by name with :func:`register_text_env`
-and built with :func:`make_env`. A task registered from user code is a task
-everywhere: ``make_env``, ``TrainingConfig(env_name=...)``, ``BenchmarkConfig``
-and the CLI (which imports the user's module first: ``echo-rl --plugin MODULE``
-or ``ECHO_RL_PLUGINS``, see ``echo_rl.plugins``).
+and ``atari:<Game>``.
+
+Text tasks (language-model agents) are :class:`TaskSpec` entries: the factory
+and what the rest of EchoRL needs to know about the task (its training and
+held-out splits, whether answers span lines, whether the prompting agents have
+a reply format for it, where its data comes from). Every text task registers
+itself from its own module with :func:`register_text_env` (or
+:func:`register_task`) - the built-ins at the end of ``alfworld.py``,
+``webshop.py`` and the rest, a user's task from the user's module. A task
+registered from user code is a task everywhere: ``make_env``,
+``TrainingConfig(env_name=...)``, ``BenchmarkConfig`` and the CLI (which imports
+the user's module first: ``echo-rl --plugin MODULE`` or ``ECHO_RL_PLUGINS``, see
+``echo_rl.plugins``). The built-in modules are imported on the first lookup,
+so ``import echo_rl`` stays cheap.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import importlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from echo_rl.config import ConfigError, register_name_rule
 
 DEFAULT_MINIGRID_ID = "MiniGrid-DoorKey-5x5-v0"
-TEXT_TASKS = ("alfworld", "webshop", "cruxeval", "arc", "minigrid")
+
+#: modules whose import registers the built-in text tasks, in listing order
+BUILTIN_TASK_MODULES = ("echo_rl.environments.alfworld", "echo_rl.environments.webshop",
+                        "echo_rl.environments.cruxeval", "echo_rl.environments.arc",
+                        "echo_rl.environments.minigrid")
 
 #: gymnasium task families (``family:<id>``) and the classic-control ids accepted without ``gym:``
 GYM_FAMILIES = ("gym", "minigrid-pixels", "atari")
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
 
-_TEXT_FACTORIES: dict[str, Callable[..., Any]] = {}
 REGISTER_HINT = "register your own with echo_rl.environments.registry.register_text_env(name, factory)"
 
 
-def register_text_env(name: str, factory: Callable[..., Any]) -> None:
-    """Register a text-environment factory under a task name.
+@dataclass(frozen=True)
+class TaskSpec:
+    """A text task: how to build it and what training, evaluation and the prompting agents need to know."""
+
+    name: str
+    factory: Callable[..., Any]  # factory(**env_config) -> a TextEnvironment
+    train_config: Mapping[str, Any] = field(default_factory=dict)  # env overrides for training episodes
+    eval_config: Mapping[str, Any] = field(default_factory=dict)  # env overrides for held-out evaluation
+    multiline: bool = False  # answers span several lines (ARC's grids): replies are not cut at the first line
+    prompting: bool = False  # echo_rl.agents.prompts has a reply format and one-shot example for it
+    data: str = ""  # where its data comes from / what it needs, one line (listings, skip messages)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not name.strip() or name != name.strip() or ":" in name:
+            raise ConfigError(f"task name {name!r} is invalid: must be a non-empty string without ':' or "
+                              f"surrounding spaces")
+        if not callable(self.factory):
+            raise ConfigError(f"factory for task {name!r} is invalid: must be callable, got "
+                              f"{type(self.factory).__name__}")
+        if name != "minigrid" and (minigrid_id(name) is not None or gym_task(name) is not None):
+            raise ConfigError(f"task name {name!r} is invalid: MiniGrid-/BabyAI- names are MiniGrid's env ids")
+        for what in ("train_config", "eval_config"):
+            value = getattr(self, what)
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"TaskSpec.{what} of task {name!r} is invalid: must be a mapping of env "
+                                  f"options, got {type(value).__name__}")
+            object.__setattr__(self, what, MappingProxyType(dict(value)))  # shared: nobody may mutate it
+
+
+_TASKS: dict[str, TaskSpec] = {}
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    """Import the built-in task modules once; each registers its task(s) from its own file."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True  # first: the modules register through register_task while they import
+    for module in BUILTIN_TASK_MODULES:
+        importlib.import_module(module)
+
+
+def register_task(spec: TaskSpec) -> TaskSpec:
+    """Add (or replace) a text task; the built-ins are registered first, so a user's entry of the same name
+    replaces the built-in one."""
+    if not isinstance(spec, TaskSpec):
+        raise ConfigError(f"register_task needs a TaskSpec, got {type(spec).__name__}")
+    _load_builtins()
+    _TASKS[spec.name] = spec
+    return spec
+
+
+def register_text_env(name: str, factory: Callable[..., Any], **metadata: Any) -> TaskSpec:
+    """Register a text-environment factory under a task name (the :class:`TaskSpec` fields as keywords).
 
     ``factory(**env_config)`` returns an env with the text contract (``reset(seed=...)``,
     ``step(action: str)``, ``info["segments"]``; subclass ``echo_rl.environments.base.TextEnvironment``).
-    Registering a name again replaces its factory; MiniGrid names are reserved.
+    Registering a name again replaces its entry; MiniGrid names are reserved.
     """
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or ":" in name:
-        raise ConfigError(f"task name {name!r} is invalid: must be a non-empty string without ':' or "
-                          f"surrounding spaces")
-    if not callable(factory):
-        raise ConfigError(f"factory for task {name!r} is invalid: must be callable, got {type(factory).__name__}")
-    if name != "minigrid" and (minigrid_id(name) is not None or gym_task(name) is not None):
-        raise ConfigError(f"task name {name!r} is invalid: MiniGrid-/BabyAI- names are MiniGrid's env ids")
-    _TEXT_FACTORIES[name] = factory
+    fields = set(TaskSpec.__dataclass_fields__) - {"name", "factory"}
+    unknown = set(metadata) - fields
+    if unknown:
+        raise ConfigError(f"register_text_env({name!r}): unknown TaskSpec field(s) {', '.join(sorted(unknown))}; "
+                          f"allowed: {', '.join(sorted(fields))}")
+    return register_task(TaskSpec(name, factory, **metadata))
 
 
 def text_task_names() -> list[str]:
     """The built-in text tasks, then those registered from user code."""
-    return [*TEXT_TASKS, *sorted(set(_TEXT_FACTORIES) - set(TEXT_TASKS))]
+    _load_builtins()
+    return list(_TASKS)
+
+
+def task_spec(task: str) -> TaskSpec:
+    """The :class:`TaskSpec` of a text task name (``minigrid:<EnvId>`` and bare MiniGrid ids are ``minigrid``'s)."""
+    if minigrid_id(task) is not None:
+        task = "minigrid"
+    _load_builtins()
+    if task not in _TASKS:
+        check_task_name(task)  # a vector task, or unknown: says which
+        raise ConfigError(f"task {task!r} is a vector task; it has no text environment")
+    return _TASKS[task]
+
+
+def split_configs(task: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """(training, held-out evaluation) env overrides of a text task; ``({}, {})`` where seeds alone hold out."""
+    spec = task_spec(task)
+    return spec.train_config, spec.eval_config
 
 
 def minigrid_env_ids() -> list[str]:
@@ -107,7 +192,7 @@ def check_task_name(task: str) -> None:
                 f"unknown MiniGrid env id {env_id!r} in task {task!r}; e.g. minigrid:{DEFAULT_MINIGRID_ID} "
                 f"(all ids: python -c 'import echo_rl.environments.registry as r; print(r.minigrid_env_ids())')")
         return
-    if task not in TEXT_TASKS and task not in _TEXT_FACTORIES:
+    if task not in text_task_names():
         names = [t for t in text_task_names() if t != "minigrid"]
         raise ConfigError(f"unknown task {task!r}; allowed: minigrid, minigrid:<EnvId>, {', '.join(CLASSIC_CONTROL)}, "
                           f"gym:<EnvId>, minigrid-pixels:<EnvId>, atari:<Game>, {', '.join(names)} "
@@ -122,22 +207,7 @@ def make_env(name: str, **config: Any) -> Any:
         if config.get("env_id", env_id) != env_id:
             raise ConfigError(f"task {name!r} names env id {env_id!r} but env_id={config['env_id']!r} was given")
         name, config = "minigrid", {**config, "env_id": env_id}
-    if name not in _TEXT_FACTORIES:
-        _import_text_env(name)
-    if name not in _TEXT_FACTORIES:
-        raise ConfigError(f"text environment {name!r} is not available yet; registered: {sorted(_TEXT_FACTORIES)}")
-    return _TEXT_FACTORIES[name](**config)
-
-
-def _import_text_env(name: str) -> None:
-    import importlib
-
-    try:
-        importlib.import_module(f"echo_rl.environments.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("echo_rl"):
-            return
-        raise
+    return task_spec(name).factory(**config)
 
 
 def is_vector_task(task: str) -> bool:

@@ -413,6 +413,8 @@ def _factory(**kw: Any) -> WebShopEnvironment:
     return WebShopEnvironment(WebShopConfig(**kw))
 
 
-registry.register_text_env("webshop", _factory)
+registry.register_text_env(
+    "webshop", _factory, prompting=True, description="WebShop: search, choose options, buy",
+    data="items_ins_v2_1000.json ($ECHO_RL_WEBSHOP_DIR; echo-rl env-data --download webshop says how); without it a synthetic catalogue")
 
 __all__ = ["WebShopConfig", "WebShopEnvironment", "RuleBuyer", "SYNTHETIC_LABEL", "REAL_LABEL"]

@@ -9,8 +9,6 @@ the environment's hand-coded expert answering through the backbone protocol
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from echo_rl.config import ConfigError
 
 EXPERT_BACKBONE = "expert"
@@ -23,17 +21,15 @@ def known_backbones() -> list[str]:
 
 
 def check_backbone_name(name: str) -> None:
-    from echo_rl.models.api import PROVIDERS, resolve_api_name
+    """One-line ConfigError unless ``name`` is ``expert`` or a name :func:`~echo_rl.models.resolve.resolve_backbone`
+    knows (a registered model not fetched here fails now, naming the fetch command)."""
+    from echo_rl.models.api import PROVIDERS
     from echo_rl.models.loader import REGISTER_HINT
+    from echo_rl.models.resolve import resolve_backbone
 
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"backbone name {name!r} is invalid: must be a non-empty string")
-    from echo_rl.models.fetch import resolve_model
-
-    resolve_model(name)  # a registered model not fetched here fails now, naming the fetch command
-    if name in known_backbones() or resolve_api_name(name) is not None:
-        return
-    if name.startswith(("http://", "https://")) or Path(name).expanduser().is_dir():
+    if name == EXPERT_BACKBONE or resolve_backbone(name, strict=False) is not None:
         return
     raise ConfigError(f"unknown backbone {name!r}; allowed: {', '.join(known_backbones())}, <provider>/<model> "
                       f"(providers: {', '.join(PROVIDERS)}), http(s)://host:port/v1[#model], or a local "

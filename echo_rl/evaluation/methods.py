@@ -122,8 +122,9 @@ class MethodSpec:
                         f"registered: {', '.join(sorted(AGENTS))}")
         if self.uses_backbone(task) and backbone == NO_BACKBONE:
             return f"{self.name} needs a backbone on {task!r}; pass --backbones"
-        if self.trainer_agent is not None and self.uses_backbone(task) and _is_api_backbone(backbone):
-            return (f"{self.name} trains the backbone's weights and API model {backbone!r} has none; use tiny, "
+        weightless = _weightless(backbone) if self.trainer_agent is not None and self.uses_backbone(task) else None
+        if weightless:
+            return (f"{self.name} trains the backbone's weights and {weightless} {backbone!r} has none; use tiny, "
                     f"tiny:<preset> or a local checkpoint")
         return None
 
@@ -142,17 +143,25 @@ class MethodSpec:
         return TrainingConfig.from_dict(data)
 
 
-def _is_api_backbone(name: str) -> bool:
-    from echo_rl.models.api import resolve_api_name
+def _weightless(name: str) -> str | None:
+    """What kind of backbone ``name`` is when a trainer cannot update its weights ("API model", "registered
+    backbone"), else None (the one resolver says; an unknown name is left to the trainer's own error)."""
+    from echo_rl.models.resolve import resolve_backbone
 
-    return name.startswith(("http://", "https://")) or resolve_api_name(name) is not None
+    try:
+        ref = resolve_backbone(name, strict=False)
+    except ConfigError:  # e.g. a registered model not fetched here: the benchmark's name check said so
+        return None
+    if ref is None or ref.has_weights:
+        return None
+    return "registered backbone" if ref.kind == "registered" else "API model"
 
 
 _METHODS: dict[str, MethodSpec] = {}
 
 
-REGISTER_HINT = ("register your own with echo_rl.evaluation.methods.register_baseline(name, runner) "
-                 "or register_method(MethodSpec(...))")
+REGISTER_HINT = ("register your own with echo_rl.evaluation.methods.register_baseline(name, runner), "
+                 "register_trained(name, agent) or register_method(MethodSpec(...))")
 
 
 def register_method(spec: MethodSpec) -> None:
@@ -180,6 +189,21 @@ def register_baseline(name: str, runner: Runner, *, task_kinds: tuple[str, ...] 
     """
     spec = MethodSpec(name, kind, description or f"{name} (registered from user code)", runner,
                       tuple(task_kinds), needs_backbone=needs_backbone)
+    register_method(spec)
+    return spec
+
+
+def register_trained(name: str, agent: str | None = None, *, task_kinds: tuple[str, ...] = ("vector",),
+                     description: str = "", training_defaults: Callable[[str, str], dict[str, Any]] | None = None
+                     ) -> MethodSpec:
+    """Register a benchmark method that trains ``agent`` (a name in ``echo_rl.training.agents.AGENTS``,
+    default ``name``; see ``register_agent``) with EchoRLTrainer in each cell and reports its final
+    evaluation, exactly like the built-in ``ppo`` and ``impala`` methods."""
+    from echo_rl.evaluation.runners import run_trained
+
+    spec = MethodSpec(name, "trained", description or f"{agent or name} trained by EchoRLTrainer (registered)",
+                      run_trained, tuple(task_kinds), trainer_agent=agent or name, origin="registered from user code",
+                      training_defaults=training_defaults)
     register_method(spec)
     return spec
 

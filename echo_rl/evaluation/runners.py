@@ -60,6 +60,7 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
     scripted), ``ctx.concurrency`` episodes at once through :func:`echo_rl.agents.runner.run_episodes`."""
     from echo_rl.agents.engine_backbone import EngineBackbone, engine_backed
     from echo_rl.agents.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
+    from echo_rl.agents.base import is_multiline_task
     from echo_rl.models import load_backbone
 
     model = None
@@ -77,10 +78,12 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
              **_env_notes(probe)}
     _close(probe)
     task = agent_task(ctx.cell.task)
+    # a task without its own reply format takes the generic one; its TaskSpec says whether answers span lines
+    options = {"multiline": True} if task is None and is_multiline_task(ctx.cell.task) else {}
 
     def make_agent(env: Any) -> Any:
         return build_agent(agent, model if model is not None else expert_backbone(env), task=task,
-                           **ctx.method_config)
+                           **{**options, **ctx.method_config})
 
     jobs = [EpisodeJob(i, ctx.episode_seed(i)) for i in range(ctx.num_episodes)]
     t0 = time.perf_counter()
@@ -104,17 +107,13 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
     return CellOutcome(episodes=episodes, notes=notes, episodes_wall_s=loop_s if ctx.concurrency > 1 else None)
 
 
-# task names the agents have prompts for (a MiniGrid id is MiniGrid's)
-_TEXT_AGENT_TASKS = ("alfworld", "webshop", "cruxeval", "arc", "minigrid")
-
-
 def agent_task(task: str) -> str | None:
-    """The prompt family of a task name: ``minigrid:<Id>`` is ``minigrid``; unknown (registered) tasks None."""
-    from echo_rl.environments.registry import minigrid_id
+    """The prompt family of a task name: ``minigrid:<Id>`` is ``minigrid``; a task whose :class:`TaskSpec` says
+    the prompting agents have no reply format for it (``prompting=False``) is None (the generic format)."""
+    from echo_rl.environments.registry import task_spec
 
-    if minigrid_id(task) is not None:
-        return "minigrid"
-    return task if task in _TEXT_AGENT_TASKS else None
+    spec = task_spec(task)
+    return spec.name if spec.prompting else None
 
 
 def _prompting(agent: str) -> Runner:
@@ -124,7 +123,7 @@ def _prompting(agent: str) -> Runner:
     return run
 
 
-async def _run_trained(ctx: CellContext) -> CellOutcome:
+async def run_trained(ctx: CellContext) -> CellOutcome:
     """Train with EchoRLTrainer in the cell's work dir, then take the trainer's final evaluation.
 
     A cell killed mid-training resumes from the trainer's last checkpoint when
@@ -183,14 +182,6 @@ def _first(d: dict, *keys: str) -> float | None:
     return None
 
 
-def _trained(agent: str) -> Runner:
-    """The runner of a trained method (``agent`` is its trainer agent; the cell's method spec adds the rest)."""
-    async def run(ctx: CellContext) -> CellOutcome:
-        return await _run_trained(ctx)
-
-    return run
-
-
 def _lm_objective(objective: str, judged: bool = False) -> Callable[[str, str], dict[str, Any]]:
     """TrainingConfig fields of an LM baseline: its objective, and for RLAIF the judge (the cell's own
     backbone judges its episodes unless echo_rl_configs names another judge_backbone)."""
@@ -216,19 +207,19 @@ for _spec in (
     MethodSpec("tot", "prompting", "Tree of Thoughts (Yao et al. 2023) over a backbone", _prompting("tot"),
                ("text",), needs_backbone=True, requires=("echo_rl.agents.tot",),
                origin="issue 6: prompting baselines"),
-    MethodSpec("ppo", "trained", "PPO trained by EchoRLTrainer", _trained("ppo"), ("vector",),
+    MethodSpec("ppo", "trained", "PPO trained by EchoRLTrainer", run_trained, ("vector",),
                trainer_agent="ppo", origin="issue 2: trainer"),
-    MethodSpec("impala", "trained", "IMPALA (V-trace) trained by EchoRLTrainer", _trained("impala"), ("vector",),
+    MethodSpec("impala", "trained", "IMPALA (V-trace) trained by EchoRLTrainer", run_trained, ("vector",),
                trainer_agent="impala", origin="issue 4: IMPALA"),
     MethodSpec("echo-rl", "trained", "the EchoRL agent trained by EchoRLTrainer (LM agent on text tasks)",
-               _trained("echo-rl"), ("text", "vector"), trainer_agent="echo-rl", lm_on_text=True,
+               run_trained, ("text", "vector"), trainer_agent="echo-rl", lm_on_text=True,
                origin="issues 4 and 8: EchoRL agents"),
     MethodSpec("ppo-rlhf", "trained", "PPO-RLHF language-model agent (value head + GAE on the env reward) "
-               "trained by EchoRLTrainer", _trained("ppo"), ("text",), needs_backbone=True, trainer_agent="ppo",
+               "trained by EchoRLTrainer", run_trained, ("text",), needs_backbone=True, trainer_agent="ppo",
                origin="issue 8: LM trainer", training_defaults=_lm_objective("ppo-rlhf")),
     MethodSpec("rlaif", "trained", "RLAIF language-model agent (PPO on an AI judge's score; the judge is the "
                "cell's backbone unless lm_config.judge_backbone says otherwise) trained by EchoRLTrainer",
-               _trained("ppo"), ("text",), needs_backbone=True, trainer_agent="ppo", origin="issue 8: LM trainer",
+               run_trained, ("text",), needs_backbone=True, trainer_agent="ppo", origin="issue 8: LM trainer",
                training_defaults=_lm_objective("ppo-rlhf", judged=True)),
 ):
     register_method(_spec)

@@ -1,12 +1,11 @@
 """``load_backbone(name_or_path)``: the one entry point from a backbone name to a :class:`Backbone`.
 
-Names, in the order they are tried:
-``tiny`` / ``tiny:<preset>`` / a preset name (built offline on first use and
-cached), a registered pretrained model (``smollm2-135m``: the checkpoint
-``echo-rl models fetch`` built, see ``echo_rl.models.fetch``), an API alias
-(``gpt-4o``, ``claude-3.5-sonnet``, ``gemini-1.5-pro``, ``llama-4``, ``qwen``,
-``deepseek-r1``), ``<provider>/<model>``, an
-OpenAI-compatible URL (``http://127.0.0.1:8000/v1`` or ``...#model``), or a
+What a name denotes is :func:`echo_rl.models.resolve.resolve_backbone`'s answer (the resolver training
+and the benchmark read too): a name registered with :func:`register_backbone`, ``tiny`` /
+``tiny:<preset>`` / a preset name (built offline on first use and cached), a registered pretrained model
+(``smollm2-135m``: the checkpoint ``echo-rl models fetch`` built, see ``echo_rl.models.fetch``), an API
+alias (``gpt-4o``, ``claude-3.5-sonnet``, ``gemini-1.5-pro``, ``llama-4``, ``qwen``, ``deepseek-r1``),
+``<provider>/<model>``, an OpenAI-compatible URL (``http://127.0.0.1:8000/v1`` or ``...#model``), or a
 local checkpoint directory.
 """
 
@@ -61,51 +60,27 @@ def load_backbone(name_or_path: str | Path | Backbone, config: BackboneConfig | 
     if isinstance(config, dict):
         config = BackboneConfig.from_dict(config)
     cfg = (config or BackboneConfig()).replace(**overrides) if overrides else (config or BackboneConfig())
-    name = str(name_or_path).strip()
-    if not name:
-        raise ConfigError(f"backbone name is empty; allowed: {_allowed()}")
-    if name in _REGISTERED:
+    from echo_rl.models.resolve import resolve_backbone
+
+    ref = resolve_backbone(str(name_or_path))
+    name = ref.name
+    if ref.kind == "registered":
         model = _REGISTERED[name](cfg)
         if not isinstance(model, Backbone):
             raise ConfigError(f"registered backbone {name!r}: its factory returned {type(model).__name__}, "
                               f"not an echo_rl.models.Backbone")
         return model
+    if ref.kind in ("api", "url"):
+        from echo_rl.models.api import APIBackbone
 
-    from echo_rl.models.tiny import PRESETS
-
-    preset = name.split(":", 1)[1] if name.startswith("tiny:") else name if name in PRESETS else None
-    if preset is not None:
-        from echo_rl.models.local import LocalBackbone
-        from echo_rl.models.tiny import tiny_checkpoint
-
-        path = tiny_checkpoint(preset, seed=cfg.tiny_seed)
-        return LocalBackbone(path, device=cfg.device, dtype=cfg.dtype, name=name, max_context=cfg.max_context)
-
-    from echo_rl.models.fetch import resolve_model
-
-    fetched = resolve_model(name)  # a registered name not fetched: one line naming the fetch command
-    if fetched is not None:
-        from echo_rl.models.local import LocalBackbone
-
-        return LocalBackbone(fetched, device=cfg.device, dtype=cfg.dtype, name=name, max_context=cfg.max_context)
-
-    from echo_rl.models.api import APIBackbone, resolve_api_name
-
-    api = resolve_api_name(name)
-    if api is not None:
-        provider, model = api
-        return APIBackbone(model, provider=provider, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
-                           timeout=cfg.timeout, max_retries=cfg.max_retries,
-                           requests_per_minute=cfg.requests_per_minute, prices=cfg.prices,
-                           name=name)
-    if name.startswith(("http://", "https://")):
-        url, _, model = name.partition("#")
-        return APIBackbone(model or cfg.model or "", provider="openai-compatible", base_url=url,
+        if ref.kind == "api":
+            return APIBackbone(ref.model, provider=ref.provider, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
+                               timeout=cfg.timeout, max_retries=cfg.max_retries,
+                               requests_per_minute=cfg.requests_per_minute, prices=cfg.prices, name=name)
+        return APIBackbone(ref.model or cfg.model or "", provider=ref.provider, base_url=ref.url,
                            api_key_env=cfg.api_key_env, timeout=cfg.timeout, max_retries=cfg.max_retries,
                            requests_per_minute=cfg.requests_per_minute, prices=cfg.prices)
-    path = Path(name).expanduser()
-    if path.is_dir():
-        from echo_rl.models.local import LocalBackbone
+    from echo_rl.models.local import LocalBackbone
 
-        return LocalBackbone(path, device=cfg.device, dtype=cfg.dtype, max_context=cfg.max_context)
-    raise ConfigError(f"unknown backbone {name!r}; allowed: {_allowed()}")
+    return LocalBackbone(ref.checkpoint(seed=cfg.tiny_seed), device=cfg.device, dtype=cfg.dtype,
+                         name=None if ref.kind == "checkpoint" else name, max_context=cfg.max_context)

@@ -1,8 +1,11 @@
 """Agent registry: ``--agent NAME`` -> the class that acts and learns, and :func:`build_agent`.
 
-Classes are named as ``"module:attr"`` and imported when built, so this module
-stays cheap: ``import echo_rl`` imports it to register the agent-name check
-with :mod:`echo_rl.config`.
+Built-in classes are named as ``"module:attr"`` and imported when built, so
+this module stays cheap: ``import echo_rl`` imports it to register the
+agent-name check with :mod:`echo_rl.config`. :func:`register_agent` adds a
+vector algorithm from user code (a class, or its ``"module:attr"``): the name
+is then valid in ``TrainingConfig.agent``, ``echo-rl train --agent`` and a
+benchmark method's ``trainer_agent`` (``echo_rl.evaluation.methods.register_trained``).
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from typing import Any
 
 from echo_rl.config import ConfigError, TrainingConfig, register_name_rule
 
-# name -> "module:Class"; imported lazily so a config can be validated cheaply.
-AGENTS: dict[str, str] = {
+# name -> "module:Class" (imported lazily so a config can be validated cheaply) or a registered class
+AGENTS: dict[str, Any] = {
     "ppo": "echo_rl.training.ppo_agent:PPOAgent",
     "echo-rl": "echo_rl.training.echo:EchoAgent",
     "impala": "echo_rl.training.impala_agent:IMPALAAgent",
@@ -23,15 +26,39 @@ RAY_BUILDER = "echo_rl.distributed.ray_backend:build_ray_agent"  # backend=ray: 
 VECTOR_ENVS = "echo_rl.environments.minigrid_vector:make_vector_env"
 
 
+REGISTER_HINT = "register your own with echo_rl.training.agents.register_agent(name, AgentClass)"
+
+
+def register_agent(name: str, agent: Any) -> None:
+    """Make ``name`` a vector agent everywhere an agent name is read; registering again replaces it.
+
+    ``agent`` is a class (or its ``"module:Class"``) built as ``agent(config, envs, device)`` that implements
+    :class:`~echo_rl.training.protocol.Agent` - an on-policy algorithm subclasses
+    :class:`~echo_rl.training.actor_critic_agent.ActorCriticAgent` and writes ``learn(buf)``. Text tasks
+    keep training the language-model agent (``ppo`` / ``echo-rl``).
+    """
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise ConfigError(f"agent name {name!r} is invalid: must be a non-empty string without surrounding spaces")
+    if isinstance(agent, str):
+        module, sep, attr = agent.partition(":")
+        if not (module and sep and attr):
+            raise ConfigError(f"agent {name!r}: {agent!r} is invalid: name the class as 'module:Class'")
+    elif not isinstance(agent, type):
+        raise ConfigError(f"agent {name!r} is invalid: must be a class or 'module:Class', got {type(agent).__name__}")
+    AGENTS[name] = agent
+
+
 def check_agent_name(name: str) -> None:
     if name not in AGENTS:
-        raise ConfigError(f"unknown agent {name!r}; allowed: {', '.join(sorted(AGENTS))}")
+        raise ConfigError(f"unknown agent {name!r}; allowed: {', '.join(sorted(AGENTS))} ({REGISTER_HINT})")
 
 
 register_name_rule("agent", check_agent_name)
 
 
-def _load(target: str) -> Any:
+def _load(target: Any) -> Any:
+    if not isinstance(target, str):
+        return target
     module, attr = target.split(":")
     return getattr(importlib.import_module(module), attr)
 

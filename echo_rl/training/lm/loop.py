@@ -60,15 +60,14 @@ HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds st
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
 EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
 
-# task -> (training overrides, evaluation overrides): tasks with a real held-out split use it (seeded
-# procedurally generated tasks, MiniGrid's, are held out by seed alone)
-SPLITS: dict[str, tuple[dict, dict]] = {"alfworld": ({"split": "valid_train"}, {"split": "valid_unseen"}),
-                                        "cruxeval": ({"split": "train"}, {"split": "test"}),
-                                        "arc": ({"split": "training"}, {"split": "evaluation"})}
-
 
 def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
-    train, evaluation = SPLITS.get(config.env_name, ({}, {}))
+    """The env options of a training (or held-out evaluation) episode: the task's registered split
+    (``TaskSpec.train_config`` / ``eval_config``; seeded generated tasks, MiniGrid's, hold out by seed alone),
+    then the run's own ``env_config`` / ``lm_config.eval_env_config``."""
+    from echo_rl.environments.registry import split_configs
+
+    train, evaluation = split_configs(config.env_name)
     kw = {**train, **config.env_config}
     return {**kw, **evaluation, **config.lm_config.eval_env_config} if held_out else kw
 

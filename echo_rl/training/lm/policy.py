@@ -21,22 +21,19 @@ def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
     """(model, tokenizer) of a local backbone: a tiny preset or a checkpoint directory with a tokenizer."""
     import transformers
 
-    from echo_rl.models.api import resolve_api_name
-    from echo_rl.models.fetch import resolve_model
-    from echo_rl.models.tiny import PRESETS, tiny_checkpoint
+    from echo_rl.models.resolve import resolve_backbone
+    from echo_rl.models.tiny import PRESETS
 
-    preset = backbone.split(":", 1)[1] if backbone.startswith("tiny:") else "tiny" if backbone == "tiny" else \
-        backbone if backbone in PRESETS else None
-    fetched = resolve_model(backbone) if preset is None else None  # smollm2-135m: the fetched checkpoint
-    if preset is not None:
-        path = tiny_checkpoint(preset, seed=seed)
-    elif fetched is not None:
-        path = fetched
-    elif resolve_api_name(backbone) is not None or backbone.startswith(("http://", "https://")):
+    supported = f"tiny, {', '.join('tiny:' + p for p in PRESETS)} or a local checkpoint directory"
+    ref = resolve_backbone(backbone, strict=False)  # the resolver prompting uses: a name means one thing
+    if ref is not None and ref.kind in ("api", "url"):
         raise ConfigError(f"backbone={backbone!r} is invalid: API models cannot be trained (no weights); training "
-                          f"supports tiny, {', '.join('tiny:' + p for p in PRESETS)} or a local checkpoint directory")
-    else:
-        path = Path(backbone).expanduser()
+                          f"supports {supported}")
+    if ref is not None and ref.kind == "registered":
+        raise ConfigError(f"backbone={backbone!r} is invalid: a registered backbone is built by its factory and has "
+                          f"no checkpoint to train; training supports {supported}")
+    path = ref.checkpoint(seed=seed) if ref is not None else Path(backbone).expanduser()
+    if ref is None or ref.kind == "checkpoint":
         if not (path / "config.json").is_file():
             raise ConfigError(f"backbone={backbone!r} is invalid: not a tiny preset (tiny, "
                               f"{', '.join('tiny:' + p for p in PRESETS)}) nor a local checkpoint directory "
