@@ -197,9 +197,9 @@ class LMConfig(ConfigBase):
                                           "rule comes from replay_config", min=2)
     replay_max_tokens: int = spec(2048, help="longest trajectory the replay stores (longer ones are not replayed)",
                                   min=1)
-    objective: str = spec("grpo", help="policy objective: grpo (group-relative advantages, no critic) or ppo-rlhf "
-                                       "(value head + GAE); the ECHO term adds to either",
-                          choices=("grpo", "ppo-rlhf"))
+    objective: str = spec("grpo", help="policy objective: grpo (group-relative advantages, no critic), ppo-rlhf "
+                                       "(value head + GAE) or one registered with register_lm_objective; the ECHO "
+                                       "term adds to either")
     gae_level: str = spec("turn", help="ppo-rlhf: GAE steps are turns or action tokens", choices=("turn", "token"))
     gamma: float = spec(1.0, help="ppo-rlhf: discount per GAE step", min=0, max=1)
     gae_lambda: float = spec(0.95, help="ppo-rlhf: GAE lambda", min=0, max=1)

@@ -1,10 +1,12 @@
 """One optimiser step of a causal LM on token trajectories: ECHO/GRPO, PPO-RLHF (+ ECHO), or SFT.
 
+The loss is the registered objective's (:mod:`echo_rl.training.lm.objectives`):
 ``objective="grpo"`` uses group-relative advantages (no critic);
-``objective="ppo-rlhf"`` adds a :class:`~echo_rl.algorithms.ppo_rlhf.ValueHead`
-on the last hidden state and GAE over turns or action tokens, with the KL to
-the reference folded into the rewards (InstructGPT style). Either way the
-ECHO term λ·CE on env-output tokens comes from the same forward pass.
+``objective="ppo-rlhf"`` (a ``value_head`` objective) adds a
+:class:`~echo_rl.algorithms.ppo_rlhf.ValueHead` on the last hidden state and
+GAE over turns or action tokens, with the KL to the reference folded into the
+rewards (InstructGPT style). Either way the ECHO term λ·CE on env-output
+tokens comes from the same forward pass.
 
 Weights move here and reach the engine through ``engine.update_weights``
 (which bumps the policy version, so no stale KV is reused); trajectories
@@ -20,17 +22,16 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from echo_rl.algorithms.echo_loss import LambdaSchedule, echo_loss_from_logprobs, env_ce_loss
+from echo_rl.algorithms.echo_loss import LambdaSchedule, env_ce_loss
 from echo_rl.algorithms.grpo import group_advantages
-from echo_rl.algorithms.ppo_rlhf import ValueHead, ppo_rlhf_loss, rewards_at_turn_ends, rlhf_advantages
+from echo_rl.algorithms.ppo_rlhf import ValueHead, rewards_at_turn_ends, rlhf_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logprobs, needed_positions,
                                                reduce_tokens, response_mask, sequence_logprobs)
 from echo_rl.training.lm.batch import collate
+from echo_rl.training.lm.objectives import ObjectiveInputs, get_objective
 from echo_rl.training.lm.plan import LMPlanner, plan_distributions, plan_kl, planned_forward
 from echo_rl.types import TokenTrajectory
 
-
-OBJECTIVES = ("grpo", "ppo-rlhf")
 
 
 def chunked_head(model: Any) -> bool:
@@ -58,7 +59,7 @@ class LMLearnerConfig:
     plan_kl_weight: float = 0.0   # weight of KL[p(τ_k) || p(τ_k-1)] between consecutive plans (with a planner)
     plan_learning_rate: float = 3e-4
     plan_max_grad_norm: float = 1.0
-    objective: str = "grpo"       # grpo | ppo-rlhf (value head + GAE)
+    objective: str = "grpo"       # a registered objective: grpo | ppo-rlhf (value head + GAE) | yours
     gae_level: str = "turn"
     gamma: float = 1.0
     gae_lambda: float = 0.95
@@ -75,8 +76,13 @@ class LMLearnerConfig:
                              "must be > 0")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness={self.max_staleness} is invalid: must be >= 0")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective={self.objective!r} is invalid: allowed: {', '.join(OBJECTIVES)}")
+        get_objective(self.objective)  # one line naming the registered objectives
+
+
+def _row_env_ce(terms: Any, rows: int) -> np.ndarray:
+    """Each trajectory's env CE from an objective's terms (zeros when the objective gives none)."""
+    row = getattr(terms, "row_env_ce", None)
+    return np.zeros(rows, np.float32) if row is None else row.cpu().numpy()
 
 
 class LMLearner:
@@ -96,10 +102,11 @@ class LMLearner:
         if self.config.kl_coef and ref_model is None:
             raise ValueError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
         self.value_head = None
-        if self.config.objective == "ppo-rlhf":
+        self.objective = get_objective(self.config.objective)
+        if self.objective.value_head:
             if planner is not None:
-                raise ValueError("objective='ppo-rlhf' with a latent planner is not built (the planned forward has "
-                                 "no hidden states for the value head)")
+                raise ValueError(f"objective={self.config.objective!r} (a value-head objective) with a latent planner "
+                                 "is not built (the planned forward has no hidden states for the value head)")
             self.value_head = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
         self.last_rows: dict[str, np.ndarray] = {}  # per-trajectory |advantage| and env CE of the last update
         self.optimizer = self.make_optimizer(self.config.learning_rate)
@@ -247,15 +254,12 @@ class LMLearner:
             with torch.no_grad():  # with a planner the reference sees the same plans (its drift, not the plan's)
                 ref = self._budgeted_logprobs(self.ref_model, trajectories, batch, needed, (T,), planned)[0][0]
         lam = cfg.lam(self.steps)
-        terms = echo_loss_from_logprobs(lps[0], lps[-1], batch.roles, batch.prompt_length, batch.behavior_logprobs,
-                                        adv, batch.env_output_count, lam=lam, attention_mask=batch.attention_mask,
-                                        ce_target=cfg.ce_target, ce_normalization=cfg.ce_normalization,
-                                        clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref,
-                                        kl_coef=cfg.kl_coef, pg_reduction=cfg.pg_reduction, weights=w)
+        terms = self.objective.loss_fn()(ObjectiveInputs(lps[0], lps[-1], batch, adv, lam, cfg, ref_logprobs=ref,
+                                                         weights=w))
         loss, kl_metrics = self._with_plan_kl(terms.loss, dists)
         staleness = float(self.version - batch.policy_version.min())
         self.last_rows = {"advantage": adv.detach().cpu().numpy(), "advantage_abs": adv.detach().abs().cpu().numpy(),
-                          "env_ce": terms.row_env_ce.cpu().numpy()}
+                          "env_ce": _row_env_ce(terms, len(trajectories))}
         metrics = self._step(loss)
         metrics.update(terms.metrics)
         metrics.update(kl_metrics)
@@ -308,29 +312,19 @@ class LMLearner:
         adv, ret, vmask = rlhf_advantages(token_rewards, values.detach(), acts, gamma=cfg.gamma, lam=cfg.gae_lambda,
                                           level=cfg.gae_level, logprobs=batch.behavior_logprobs, ref_logprobs=ref,
                                           kl_coef=cfg.kl_coef, last_values=final.detach() * truncated)
-        terms = ppo_rlhf_loss(lp, batch.behavior_logprobs, values, values.detach(), adv, ret, acts, vmask,
-                              clip=cfg.clip_low, value_clip=cfg.value_clip or None, vf_coef=cfg.vf_coef,
-                              reduction=cfg.pg_reduction, weights=w)
-        lam = cfg.lam(self.steps)
-        lp_ce = lps[-1]
-        target = ce_mask(batch.roles, resp, cfg.ce_target)
-        env_ce = env_ce_loss(lp_ce, target, batch.env_output_count, normalization=cfg.ce_normalization, weights=w)
-        loss = terms.loss + lam * env_ce if lam else terms.loss
+        terms = self.objective.loss_fn()(ObjectiveInputs(lp, lps[-1], batch, adv, cfg.lam(self.steps), cfg,
+                                                         ref_logprobs=ref, weights=w, values=values, returns=ret,
+                                                         value_mask=vmask, action_mask=acts))
         with torch.no_grad():
             n_act = acts.sum(1).clamp(min=1)
             self.last_rows = {"advantage": ((adv * acts).sum(1) / n_act).cpu().numpy(),
                               "advantage_abs": ((adv.abs() * acts).sum(1) / n_act).cpu().numpy(),
-                              "env_ce": ((-lp_ce * target).sum(1) / target.sum(1).clamp(min=1)).cpu().numpy()}
+                              "env_ce": _row_env_ce(terms, len(trajectories))}
             n = acts.sum().clamp(min=1)
-            metrics = {"pg_loss": float(terms.policy_loss), "value_loss": float(terms.value_loss),
-                       "env_ce": float(env_ce), "env_ce_scaled": float(lam * env_ce), "lambda": float(lam),
-                       "clip_fraction": float(terms.clip_fraction), "tokens_action": float(acts.sum()),
-                       "kl": float(((batch.behavior_logprobs - ref) * acts).sum() / n) if ref is not None else 0.0,
-                       "value_mean": float((values * vmask).sum() / vmask.sum().clamp(min=1)),
-                       "advantage_abs_mean": float((adv.abs() * acts).sum() / n),
+            metrics = {**terms.metrics, "advantage_abs_mean": float((adv.abs() * acts).sum() / n),
                        "return_mean": float(batch.returns.mean()),
                        "staleness_max": float(self.version - batch.policy_version.min())}
-        metrics.update(self._step(loss))
+        metrics.update(self._step(terms.loss))
         return metrics
 
     def sft_update(self, trajectories: Sequence[TokenTrajectory], env_lambda: float = 0.0) -> dict[str, float]:

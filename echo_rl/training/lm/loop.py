@@ -48,6 +48,7 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.lm.chat_delta import ChatRenderer
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.training.lm.objectives import get_objective
 from echo_rl.training.lm.plan import EpisodePlan, LMPlanner
 from echo_rl.training.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
 from echo_rl.training.lm.rollout import (DEFAULT_SYSTEM, INSTRUCT_SYSTEM, CandidateScorer, LMRolloutWorker,
@@ -105,9 +106,9 @@ class LMAgent(AgentBase):
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.use_plan = config.agent == "echo-rl" and config.echo_config.latent_plan
-        if lm.objective == "ppo-rlhf" and self.use_plan:
-            raise ConfigError("lm_config.objective='ppo-rlhf' is invalid with the latent plan (the value head needs "
-                              "the plain forward's hidden states): add --no-plan or use --agent ppo")
+        if get_objective(lm.objective).value_head and self.use_plan:
+            raise ConfigError(f"lm_config.objective={lm.objective!r} is invalid with the latent plan (the value head "
+                              "needs the plain forward's hidden states): add --no-plan or use --agent ppo")
         self.lam = lm.env_loss_coef if config.agent == "echo-rl" and config.echo_config.world_model_coef > 0 else 0.0
         pc = config.planning_config
         self.planner = (LMPlanner(self.model.config.hidden_size, pc, lm.plan_tokens).to(device)
