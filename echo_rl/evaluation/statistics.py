@@ -185,6 +185,21 @@ def performance_profile(scores: np.ndarray, taus: Sequence[float], reps: int = 2
     return stratified_bootstrap_ci(scores, lambda s: fn(s, taus), reps, confidence, seed, chunk=2_000)
 
 
+def t_interval(values, confidence: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of a Student-t interval over a few seeds' values (non-finite values dropped).
+
+    For small per-seed summaries (an LM study's 3 seeds) where a bootstrap over 3 values would be
+    degenerate; the half-width is nan for one value, both are nan for none.
+    """
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    if len(x) == 1:
+        return float(x[0]), float("nan")
+    q = float(scipy.stats.t.ppf(0.5 + confidence / 2, len(x) - 1))
+    return float(x.mean()), q * float(x.std(ddof=1)) / float(np.sqrt(len(x)))
+
+
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a success rate from ``n`` episodes of one run.
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from echo_rl.config import TrainingConfig
+from echo_rl.evaluation.statistics import t_interval
 
 # arm -> TrainingConfig overrides; GRPO is --agent ppo on a text task (λ = 0, no plan)
 ARMS: dict[str, dict] = {
@@ -41,18 +42,6 @@ EXTRA_ARMS: dict[str, dict] = {
 }
 BASELINE = "grpo"
 METRICS = ("success", "heldout_env_ce", "train_success")
-
-
-def ci95(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of a t-based 95% interval (nan half-width for one value)."""
-    from scipy import stats
-
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) == 1:
-        return float(x[0]), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
 def base_config(args: argparse.Namespace, out: Path) -> dict:
@@ -151,12 +140,12 @@ def summarize(out: Path, arms: list[str], seeds: list[int]) -> dict:
             for m in METRICS:
                 vals = [runs[(arm, s)][u][m] for s in seeds if m in runs[(arm, s)].get(u, {})]
                 if vals:
-                    cell[m] = (*ci95(vals), len(vals))
+                    cell[m] = (*t_interval(vals), len(vals))
                 if arm != BASELINE and BASELINE in arms:
                     diffs = [runs[(arm, s)][u][m] - runs[(BASELINE, s)][u][m] for s in seeds
                              if m in runs[(arm, s)].get(u, {}) and m in runs[(BASELINE, s)].get(u, {})]
                     if diffs:
-                        cell[f"d_{m}"] = (*ci95(diffs), len(diffs))
+                        cell[f"d_{m}"] = (*t_interval(diffs), len(diffs))
             table[arm][u] = cell
     return table
 

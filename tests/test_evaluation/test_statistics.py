@@ -137,3 +137,10 @@ def test_poi_interval_matches_rliable():
     ours = st.poi_interval(x, y, reps=2000, seed=5)
     assert abs(ours.point - points["x,y"]) <= 1e-9
     assert abs(ours.low - cis["x,y"][0]) <= 0.03 and abs(ours.high - cis["x,y"][1]) <= 0.03
+
+
+def test_t_interval_by_hand():
+    mean, half = st.t_interval([1.0, 2.0, 3.0])  # t_{0.975, 2} = 4.302653, s = 1
+    assert mean == 2.0 and half == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)
+    assert st.t_interval([1.0, 2.0, 3.0], confidence=0.9)[1] == pytest.approx(2.919986 / np.sqrt(3), rel=1e-5)
+    assert np.isnan(st.t_interval([0.5, float("nan")])[1]) and np.isnan(st.t_interval([])[0])
