@@ -4,6 +4,7 @@ agent (``--agent a2c`` trains) and a REINFORCE LM objective (one LM update on th
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,25 @@ from echo_rl.config import ConfigError, TrainingConfig
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "extending"
 FILES = ("parity_task.py", "a2c_agent.py", "reinforce_objective.py")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _registries_restored():
+    """The examples register a task, an agent, a benchmark method and an objective; other test modules see
+    the registries as they were."""
+    from echo_rl.environments import registry
+    from echo_rl.evaluation import methods
+    from echo_rl.training import agents
+    from echo_rl.training.lm import objectives
+
+    registry.text_task_names()  # the built-ins in first
+    saved = [(d, dict(d)) for d in (registry._TASKS, agents.AGENTS, methods._METHODS, objectives._OBJECTIVES)]
+    yield
+    for registered, before in saved:
+        registered.clear()
+        registered.update(before)
+    for name in ("parity_task", "a2c_agent", "reinforce_objective"):
+        sys.modules.pop(name, None)
 
 
 @pytest.fixture(autouse=True)
