@@ -237,7 +237,7 @@ class LMLearner:
                              f"max_staleness={cfg.max_staleness} behind the learner's {self.version}")
         batch = collate(trajectories, self.pad_id).to(self._device())
         if self.value_head is not None:
-            return self._ppo_rlhf_update(trajectories, batch, weights)
+            return self._value_head_update(trajectories, batch, weights)
         if advantages is None:
             adv = group_advantages(batch.returns, batch.group_ids, scale=cfg.advantage_scale)
         else:
@@ -290,11 +290,12 @@ class LMLearner:
             lps = [sequence_logprobs(out.logits, batch.input_ids, T) * needed for T in temperatures]
         return lps, values, final.squeeze(-1)
 
-    def _ppo_rlhf_update(self, trajectories: Sequence[TokenTrajectory], batch: Any,
-                         weights: Sequence[float] | None) -> dict[str, float]:
-        """PPO-RLHF: turn rewards on each turn's last action token, GAE from the value head (bootstrapped
-        from V(final context) when the episode was cut by a time limit), clipped policy + value loss,
-        plus λ·env CE. One epoch per batch, so the old values are this forward's (detached)."""
+    def _value_head_update(self, trajectories: Sequence[TokenTrajectory], batch: Any,
+                           weights: Sequence[float] | None) -> dict[str, float]:
+        """A value-head objective's step (PPO-RLHF): turn rewards on each turn's last action token, GAE from
+        the value head (bootstrapped from V(final context) when the episode was cut by a time limit), then the
+        objective's loss (PPO-RLHF: clipped policy + value loss, plus λ·env CE). One epoch per batch, so the
+        old values are this forward's (detached)."""
         cfg = self.config
         w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=batch.returns.device)
         self.model.train()
