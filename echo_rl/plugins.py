@@ -1,9 +1,11 @@
-"""User extensions for the ``echo-rl`` CLI: modules that register tasks, backbones and baselines.
+"""User extensions for the ``echo-rl`` CLI: modules that register tasks, backbones, agents, objectives, baselines.
 
-A user's own task (``register_text_env``), backbone (``echo_rl.models.register_backbone``) or
-baseline (``echo_rl.evaluation.methods.register_baseline``) is registered by importing their
-module. In Python, importing it is enough; the CLI runs in a new process, so it imports, before
-parsing anything:
+A user's own task (``register_text_env``), backbone (``echo_rl.models.register_backbone``), vector
+agent (``echo_rl.training.agents.register_agent``), LM objective
+(``echo_rl.training.lm.objectives.register_lm_objective``) or baseline
+(``echo_rl.evaluation.methods.register_baseline`` / ``register_trained``) is registered by importing
+their module (worked examples: ``examples/extending/``). In Python, importing it is enough; the CLI
+runs in a new process, so it imports, before parsing anything:
 
 * every module named by ``--plugin MODULE`` (repeatable; ``echo-rl --plugin my_tasks train ...``),
 * every module in ``$ECHO_RL_PLUGINS`` (comma separated),
