@@ -112,11 +112,10 @@ class TrainingConfig(ConfigBase):
             self._fail("batch_size", self.batch_size, f"must be a multiple of num_actors={self.num_actors}")
         if self.train_frequency is not None and self.train_frequency < 1:
             self._fail("train_frequency", self.train_frequency, "must be >= 1 or None")
-        if self.agent == "echo-rl" and not self.text_task:
-            for name in ("encoder", "augmentation", "intrinsic_reward", "init_from"):
-                if getattr(self, name) is not None:
-                    self._fail(name, getattr(self, name), "is a part of the ppo and impala agents; the echo-rl "
-                                                          "agent does not take it yet")
+        if self.agent == "echo-rl" and not self.text_task and self.augmentation is not None:
+            self._fail("augmentation", self.augmentation, "acts on pixel observations; the echo-rl agent reads "
+                                                          "MiniGrid's symbolic observation (plan windows and world "
+                                                          "model are built on its grid tokens)")
         if self.pretraining and not self.intrinsic_reward:
             self._fail("pretraining", True, "pre-training trains on the intrinsic reward alone: set intrinsic_reward "
                                             "(e.g. rnd)")

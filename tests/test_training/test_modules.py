@@ -403,8 +403,10 @@ def test_the_guide_example_runs(capsys):
 
 
 def test_parts_the_echo_rl_agent_and_text_tasks_do_not_take_are_refused():
-    with pytest.raises(ConfigError, match="encoder='minigrid_cnn' is invalid: is a part of the ppo and impala agents"):
-        TrainingConfig(**SMALL, agent="echo-rl", encoder="minigrid_cnn")
+    # the echo-rl agent takes the other parts (tests/test_training/test_echo_modular.py)
+    with pytest.raises(ConfigError, match="augmentation='random_shift' is invalid: acts on pixel observations; the "
+                                          "echo-rl agent reads MiniGrid's symbolic observation"):
+        TrainingConfig(**SMALL, agent="echo-rl", augmentation="random_shift")
     with pytest.raises(ConfigError, match="augmentation='random_shift' is invalid: acts on vector tasks only"):
         TrainingConfig(env_name="cruxeval", backbone="tiny", augmentation="random_shift")
 

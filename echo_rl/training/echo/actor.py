@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from echo_rl.core.latent_planning import StateWindow
+from echo_rl.planning import StateWindow
 from echo_rl.training.echo.model import EchoModel
 from echo_rl.training.rollout import RolloutBuffer, evaluate_policy, torch_generator
 
@@ -53,6 +53,12 @@ class EchoRollout:
                    next_ep=c["next_ep"][0], wm_target=buf.next_observations, eps=x["eps"], plan_mean=x["plan_mean"],
                    actions=buf.actions, logprobs=buf.logprobs, values=buf.values, rewards=buf.rewards,
                    terminated=buf.terminated, truncated=buf.truncated, final_values=buf.final_values)
+
+    @property
+    def next_observations(self) -> np.ndarray:
+        """``RolloutBuffer``'s name for ``wm_target``: an intrinsic reward module reads it
+        (``ModularAgent.learner_batch``)."""
+        return self.wm_target
 
     def full(self) -> tuple[np.ndarray, np.ndarray]:
         """Context + rollout + bootstrap state along time: ``[k + T + 1, N, ...]``."""

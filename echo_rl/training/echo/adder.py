@@ -2,7 +2,9 @@
 
 :class:`SequenceAdder` cuts the rollout into sequences of ``sequence_length`` steps, each
 with the k states before it (for the plan windows), and adds them to the hot/cold prioritized
-buffer scored by plan surprise ``||tau - tau_bar||^2 + alpha|r|`` of the plans the actors used.
+buffer scored by plan surprise ``||tau - tau_bar||^2 + alpha|r|`` of the plans the actors used
+(``agent.set(storage=...)`` puts another prioritized buffer in its place, e.g. one ring without the
+hot/cold split).
 :class:`SelfImitationAdder` hands the steps of episodes that terminated, with their Monte
 Carlo returns, to the self-imitation store at priority (R - V)+.
 """
@@ -27,10 +29,34 @@ REPLAY_CHECKPOINT_LIMIT = 256 * 2**20
 class SequenceAdder:
     """Sequences of a rollout -> the hot/cold buffer (``self.replay``), scored by plan surprise."""
 
+    #: what a replay storage must offer (``HotColdBuffer``'s interface; ``agent.set(storage=...)``)
+    STORAGE_MEMBERS = ("add", "sample", "update_priorities", "ready", "__len__", "save", "load", "surprise")
+
     def __init__(self, config: TrainingConfig, model: EchoModel, num_steps: int, num_envs: int):
-        self.model, self.num_steps, self.num_envs = model, num_steps, num_envs
+        self.config, self.model, self.num_steps, self.num_envs = config, model, num_steps, num_envs
         self.length = config.echo_config.sequence_length
         self.replay = self._make_replay(config)
+        #: the storage's factory when one was swapped in (None: the hot/cold buffer)
+        self.storage = None
+
+    def set_storage(self, storage) -> None:
+        """A fresh replay from ``storage(replay_config, example=item, seed=seed)`` (e.g.
+        ``PrioritizedReplayBuffer.from_config``: one ring, no hot/cold split), in place of the hot/cold buffer."""
+        from echo_rl.training.rollout import RolloutBuffer
+
+        if isinstance(storage, type) and issubclass(storage, RolloutBuffer):
+            raise ValueError(f"echo-rl's storage is its sequence replay, a factory (replay_config, example=, "
+                             f"seed=) -> prioritized buffer; {storage.__name__} is a rollout buffer, and echo-rl's "
+                             f"rollout buffer carries the plan fields its actor writes, so it is not swapped")
+        if not callable(storage):
+            raise ValueError(f"storage must be a factory (replay_config, example=, seed=) -> prioritized buffer, got "
+                             f"{type(storage).__name__}")
+        replay = storage(self.config.replay_config, example=self.item_example(), seed=self.config.seed + 3)
+        missing = [m for m in self.STORAGE_MEMBERS if not hasattr(replay, m)]
+        if missing:
+            raise ValueError(f"storage {type(replay).__name__} lacks {', '.join(missing)} (the prioritized replay "
+                             f"interface of echo_rl.replay.PrioritizedReplayBuffer)")
+        self.replay, self.storage = replay, storage
 
     def item_example(self) -> dict:
         L, k, m = self.length, self.model.k, self.model
@@ -41,7 +67,7 @@ class SequenceAdder:
                 "final_values": np.zeros(L, np.float32)}
 
     def _make_replay(self, config: TrainingConfig):
-        from echo_rl.core.prioritized_replay import HotColdBuffer
+        from echo_rl.replay import HotColdBuffer
 
         rc, L = config.replay_config, self.length
         example = self.item_example()

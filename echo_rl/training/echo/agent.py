@@ -1,4 +1,17 @@
-"""``--agent echo-rl`` for vector environments: the actor, adders and learner joined on the shared collector."""
+"""``--agent echo-rl`` for vector environments: the actor, adders and learner joined on the shared collector.
+
+Parts swap with ``agent.set(encoder=..., policy=..., storage=..., distribution=..., reward=...)``
+(:mod:`echo_rl.training.modular`, as on PPO and IMPALA; the config names them too: ``encoder``,
+``intrinsic_reward``, ``init_from``). What each means here:
+
+- ``encoder`` / ``policy``: the trunk (and heads) under the FiLM plan layer; the plan encoder and
+  world model keep what they learned, the optimiser is fresh, an injected encoder keeps its weights;
+- ``storage``: the sequence replay (a prioritized buffer factory in place of the hot/cold buffer);
+- ``distribution``: logits -> log-probabilities for acting, PPO, V-trace and self-imitation alike;
+- ``reward``: an intrinsic reward mixed into the rewards of the PPO pass and the replay (one critic,
+  one return); self-imitation keeps the task's rewards: it imitates episodes by their task return;
+- ``augmentation`` is refused: the agent reads MiniGrid's symbolic observation, not pixels.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +22,17 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.environments.minigrid_vector import actor_seeds
+from echo_rl.environments.minigrid_vector import MiniGridObsEncoding, actor_seeds
 from echo_rl.training.echo.actor import EchoActor, EchoRollout, rollout_fields
 from echo_rl.training.echo.adder import SelfImitationAdder, SequenceAdder
 from echo_rl.training.echo.learner import EchoLearner
 from echo_rl.training.echo.model import EchoModel
+from echo_rl.training.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
 from echo_rl.training.rollout import VectorRolloutCollector, torch_generator
 
 
-class EchoAgent(VectorAgentBase):
+class EchoAgent(ModularAgent, VectorAgentBase):
     """The trainer's agent protocol (:class:`echo_rl.training.protocol.Agent`), as PPO has it.
 
     One iteration: the collector steps the envs with :class:`EchoActor` (plan path), then
@@ -38,9 +52,14 @@ class EchoAgent(VectorAgentBase):
         if self.echo.replay_updates and self.num_steps % self.echo.sequence_length:
             raise ConfigError(f"EchoAgentConfig.sequence_length={self.echo.sequence_length} is invalid: must divide "
                               f"the rollout length batch_size/num_actors={self.num_steps}")
-        torch.manual_seed(config.seed)
-        self.obs_dim = int(envs.single_observation_space.shape[0])
-        self.model = EchoModel(config, self.obs_dim, int(envs.single_action_space.n), device)
+        try:
+            self._check_task(config, envs.single_observation_space)
+            torch.manual_seed(config.seed)
+            self.obs_dim = int(envs.single_observation_space.shape[0])
+            self.model = EchoModel(config, self.obs_dim, int(envs.single_action_space.n), device)
+        except ConfigError:
+            envs.close()
+            raise
         self.generator = torch_generator(config.seed + 1)
         self.np_rng = np.random.default_rng(config.seed + 2)
         self.adder = SequenceAdder(config, self.model, self.num_steps, self.num_envs) \
@@ -54,6 +73,90 @@ class EchoAgent(VectorAgentBase):
                                                 extras=rollout_fields(self.model), next_observations=True)
         self.env_steps = 0
         self.updates = 0
+        try:
+            self.init_parts()
+        except BaseException:
+            envs.close()
+            raise
+
+    @staticmethod
+    def _check_task(config: TrainingConfig, space) -> None:
+        """One line for what the agent cannot read, and for pre-training with self-imitation on."""
+        symbolic = (MiniGridObsEncoding().size,)
+        if tuple(space.shape) != symbolic or np.dtype(space.dtype) != np.uint8:
+            raise ConfigError(f"task {config.env_name!r} has {np.dtype(space.dtype).name} observations of shape "
+                              f"{tuple(space.shape)}; the echo-rl agent reads MiniGrid's symbolic observation "
+                              f"{symbolic} (uint8): its plan windows and world model are built on its grid tokens")
+        if config.pretraining and config.echo_config.self_imitation_updates:
+            raise ConfigError(f"TrainingConfig.pretraining=True is invalid for echo-rl with echo_config."
+                              f"self_imitation_updates={config.echo_config.self_imitation_updates}: self-imitation "
+                              f"learns from episodes' task returns, which pre-training must not see; set it to 0")
+
+    # -- swappable parts (ModularAgent.set) -----------------------------------------------------
+    def set_encoder(self, encoder) -> None:
+        """A named encoder (mlp, minigrid, minigrid_cnn) or a module with ``out_dim``: the trunk under the plan
+        layer, with fresh heads; used as it is (an injected, pretrained encoder keeps its weights)."""
+        try:
+            base = self.model.base_network(encoder)
+            self._check_network(base)
+        except ValueError as exc:
+            raise ConfigError(f"encoder {encoder if isinstance(encoder, str) else type(encoder).__name__} does not "
+                              f"fit the echo-rl agent's observations of shape ({self.obs_dim},): {exc}") from None
+        self.model.replace_network(base)
+
+    def set_policy(self, policy: torch.nn.Module) -> None:
+        """An actor-critic (``encoder`` with ``out_dim``, ``actor`` and ``critic`` heads, as
+        ``echo_rl.models.policies.ActorCritic``): the plan layer conditions its encoder's features before its
+        heads, so a network that hides them cannot be the echo-rl policy."""
+        parts = [getattr(policy, name, None) for name in ("encoder", "actor", "critic")]
+        if not isinstance(policy, torch.nn.Module) or not all(isinstance(p, torch.nn.Module) for p in parts) \
+                or not isinstance(getattr(parts[0], "out_dim", None), int):
+            raise ValueError(f"policy must be an actor-critic nn.Module with encoder (int out_dim), actor and critic, "
+                             f"got {type(policy).__name__}: echo-rl's plan layer sits between encoder and heads")
+        self._check_network(policy)
+        self.model.replace_network(policy)
+
+    def _check_network(self, base) -> None:
+        """One zero observation through encoder and heads: a misfit is a one-line ValueError, not a crash mid-run."""
+        def fits(what: str, out: torch.Tensor, width: int) -> torch.Tensor:
+            if tuple(out.shape) != (1, width):
+                raise ValueError(f"its {what} have shape {tuple(out.shape)}, expected {(1, width)}")
+            return out
+
+        modules = (base.encoder, base.actor, base.critic)
+        modes = [m.training for m in modules]
+        try:
+            for m in modules:
+                m.eval()  # no batch statistics from the probe
+            with torch.no_grad():
+                h = fits("encoder features", base.encoder(torch.zeros(1, self.obs_dim, dtype=torch.uint8,
+                                                                       device=self.device)), base.encoder.out_dim)
+                fits("actor logits", base.actor(h), self.model.num_actions)
+                fits("critic values", base.critic(h), 1)
+        except RuntimeError as exc:
+            raise ValueError(str(exc).strip().splitlines()[0]) from None
+        finally:
+            for m, mode in zip(modules, modes):
+                m.train(mode)
+
+    def set_storage(self, storage) -> None:
+        """The sequence replay's storage (``SequenceAdder.set_storage``); the rollout buffer stays."""
+        if self.adder is None:
+            raise ConfigError("echo-rl's storage is its sequence replay, which echo_config.replay_updates=0 "
+                              "switches off")
+        self.adder.set_storage(storage)
+
+    def set_distribution(self, distribution: torch.nn.Module) -> None:
+        """``distribution(logits) -> normalised log-probabilities`` (``echo_rl.models.policies``), read by acting,
+        PPO, V-trace and self-imitation; it stays through a later encoder or policy swap."""
+        if not isinstance(distribution, torch.nn.Module):
+            raise ValueError(f"distribution must be an nn.Module logits -> log-probabilities, got "
+                             f"{type(distribution).__name__}")
+        self.lpo.policy.distribution = distribution
+
+    def set_augmentation(self, augmentation) -> None:
+        raise ConfigError("augmentation acts on pixel observations; the echo-rl agent reads MiniGrid's symbolic "
+                          "observation (its plan windows and world model are built on its grid tokens)")
 
     # -- the parts, by the names the rest of the code reads ------------------------------------
     @property
@@ -87,24 +190,65 @@ class EchoAgent(VectorAgentBase):
         return self.actor.evaluate(make_envs, episodes, seed, num_envs)
 
     # -- learning -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """A fresh run with ``init_from`` starts from that run's model weights (never over a resumed one)."""
+        if self.config.init_from and self.env_steps == 0 and self.updates == 0:
+            self.load_weights_from(self.config.init_from)
+
+    def load_weights_from(self, run_dir: str) -> None:
+        """The model weights (plan encoder, policy, world model) of ``run_dir``'s newest checkpoint, for
+        fine-tuning; the optimiser, the EMA plan and the counters start fresh."""
+        from echo_rl.training.run_dir import RunDirectory
+
+        run = RunDirectory(run_dir, RunDirectory.config_of(run_dir, flag="init_from"))
+
+        def apply(payload: dict, _rollout) -> None:
+            lpo = payload["state"].get("lpo")
+            if not isinstance(lpo, dict) or not isinstance(lpo.get("modules"), dict):
+                raise ConfigError("its checkpoint holds no echo-rl model (init_from takes an --agent echo-rl run)")
+            self._load_modules(lpo["modules"], "its model")
+
+        run.load_newest(apply, rollout=False)
+
+    def _load_modules(self, weights: dict, what: str) -> None:
+        try:
+            self.lpo.modules().load_state_dict(weights)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ConfigError(f"{what} does not fit this agent's parts ({first}); give the agent the encoder, "
+                              f"policy and distribution the run was trained with") from None
+
     def train_iteration(self) -> dict[str, float]:
         roll = self.collect()
         self.env_steps += self.num_steps * self.num_envs
         metrics = self.collector.stats.drain()
         if self.sil_adder is not None:  # every rollout, so episodes spanning rollouts are stored whole
-            self.sil_adder.add(roll)
+            self.sil_adder.add(roll)  # the task's rewards: self-imitation imitates by task return
         if self.env_steps <= self.config.learning_starts:
             return metrics
+        roll, part_metrics = self.learner_batch(roll)  # the intrinsic reward mixed in (PPO pass and replay)
+        metrics.update(part_metrics)
         metrics.update(self.learner.update(roll, self.updates))
         self.updates += 1
         return metrics
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"lpo": self.lpo.state_dict(), "generator": self.generator.get_state(),
-                "np_rng": self.np_rng.bit_generator.state, "env_steps": self.env_steps, "updates": self.updates}
+        state = {"lpo": self.lpo.state_dict(), "generator": self.generator.get_state(),
+                 "np_rng": self.np_rng.bit_generator.state, "env_steps": self.env_steps, "updates": self.updates,
+                 **self.parts_state()}
+        if self.adder is not None and self.adder.storage is not None:  # its contents travel in rollout_state
+            state["replay_storage"] = type(self.replay).__name__
+        return state
 
     def load_state_dict(self, state: dict) -> None:
+        self.load_parts_state(state)
+        ours = None if self.adder is None or self.adder.storage is None else type(self.replay).__name__
+        if state.get("replay_storage") != ours:
+            theirs, default = state.get("replay_storage"), "the hot/cold buffer"
+            raise ConfigError(f"this checkpoint's replay storage is {theirs or default} and this agent's is "
+                              f"{ours or default}; give the resumed agent the parts the run was trained with")
+        self._load_modules(state["lpo"]["modules"], "this checkpoint's model")
         self.lpo.load_state_dict(state["lpo"])
         self.generator.set_state(state["generator"])
         self.np_rng.bit_generator.state = state["np_rng"]

@@ -13,9 +13,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.core.latent_planning import LatentPlanningOptimizer, PlanDistribution, consecutive_plan_kl
+from echo_rl.planning import LatentPlanningOptimizer, PlanDistribution, consecutive_plan_kl
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding
-from echo_rl.models.policies import ActorCritic, FlatEncoder, MiniGridEncoder
+from echo_rl.models.policies import ActorCritic, FlatEncoder, MiniGridEncoder, build_actor_critic
 
 STATE_SCALE = 0.1  # MiniGrid indices are < 11: keep the plan encoder's inputs O(1)
 
@@ -77,19 +77,32 @@ class EchoModel:
     """
 
     def __init__(self, config: TrainingConfig, obs_dim: int, num_actions: int, device: torch.device):
-        self.echo, self.plan_cfg, self.device = config.echo_config, config.planning_config, device
+        self.config, self.echo, self.plan_cfg, self.device = config, config.echo_config, config.planning_config, device
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self.k, self.latent = self.plan_cfg.state_window_size, self.plan_cfg.embedding_dim
         self.encoding = MiniGridObsEncoding()
-        base = self._base_network(config.policy_network)
+        if config.encoder is None:
+            base = self._base_network(config.policy_network)
+        else:
+            try:
+                base = self.base_network(config.encoder)
+            except ValueError as exc:
+                raise ConfigError(f"TrainingConfig.encoder={config.encoder!r} does not fit the echo-rl agent: "
+                                  f"{exc}") from None
+        self._build(base)
+
+    def _build(self, base: ActorCritic) -> None:
+        """World model, plan encoder and the plan-conditioned policy around ``base``'s encoder and heads, and
+        their optimiser (in this order: the initial weights are PPO's, then the plan's)."""
         plan_cfg = self.plan_cfg if self.echo.latent_plan else self.plan_cfg.replace(soft_prefix_alpha=0.0)
         wm_dim = base.encoder.out_dim + (self.latent if self.echo.latent_plan else 0)
-        self.wm_head = WorldModelHead(wm_dim, num_actions, self.encoding)
-        ppo = config.ppo_config
+        self.wm_head = WorldModelHead(wm_dim, self.num_actions, self.encoding)
+        ppo = self.config.ppo_config
         self.lpo = LatentPlanningOptimizer(
-            obs_dim, num_actions, plan_cfg, policy_lr=ppo.learning_rate, policy_max_grad_norm=ppo.max_grad_norm,
-            trunk=base.encoder, heads=(base.actor, base.critic), extra_modules=[self.wm_head])
-        self.lpo.modules().to(device)
+            self.obs_dim, self.num_actions, plan_cfg, policy_lr=ppo.learning_rate,
+            policy_max_grad_norm=ppo.max_grad_norm, trunk=base.encoder, heads=(base.actor, base.critic),
+            extra_modules=[self.wm_head])
+        self.lpo.modules().to(self.device)
         #: what the actors act with (plan encoder, trunk, FiLM, heads): the weights sent to remote actors
         self.acting = nn.ModuleDict({"encoder": self.lpo.encoder, "policy": self.lpo.policy})
 
@@ -105,6 +118,28 @@ class EchoModel:
         if network == "mlp":
             return ActorCritic(self.num_actions, FlatEncoder(self.obs_dim), hidden=(64, 64))
         raise ConfigError(f"TrainingConfig.policy_network={network!r} is invalid for echo-rl: allowed: minigrid, mlp")
+
+    def base_network(self, encoder: str | nn.Module) -> ActorCritic:
+        """Fresh heads around ``encoder``: a name (``echo_rl.models.encoders``; ``minigrid`` and ``mlp`` are
+        :meth:`_base_network`'s, at ``echo_config.hidden_dim``) or a module with ``out_dim``, used as it is.
+        ValueError (one line) when it does not fit MiniGrid's symbolic observation."""
+        if encoder in ("minigrid", "mlp"):
+            return self._base_network(encoder)
+        return build_actor_critic(encoder, (self.obs_dim,), np.uint8, self.num_actions)
+
+    def replace_network(self, base: ActorCritic) -> None:
+        """The policy becomes ``base``'s encoder and heads under a fresh (zero, so inert) FiLM layer, with a fresh
+        optimiser. The plan encoder, its EMA plan and the world model keep what they learned (the world model
+        starts afresh only when the trunk's width, its input, changed); a distribution stays with the new heads."""
+        old_lpo, old_wm = self.lpo, self.wm_head
+        distribution = getattr(old_lpo.policy, "distribution", None)
+        self._build(base)
+        self.lpo.encoder.load_state_dict(old_lpo.encoder.state_dict())
+        self.lpo.ema_plan.load_state_dict(old_lpo.ema_plan.state_dict())
+        if old_wm.net[0].in_features == self.wm_head.net[0].in_features:
+            self.wm_head.load_state_dict(old_wm.state_dict())
+        if distribution is not None:
+            self.lpo.policy.distribution = distribution
 
     @property
     def encoder(self):
@@ -137,7 +172,11 @@ class EchoModel:
         else:
             tau = plan.rsample(eps if eps is not None else torch.zeros_like(plan.mean))
             features, wm_in = pol.condition(h, plan.mean.detach()), torch.cat([h.detach(), tau], -1)
-        return pol.policy_head(features), pol.value_head(features).squeeze(-1), wm_in
+        logits = pol.policy_head(features)
+        distribution = getattr(pol, "distribution", None)  # agent.set(distribution=...): normalised log-probs
+        if distribution is not None:
+            logits = distribution(logits)
+        return logits, pol.value_head(features).squeeze(-1), wm_in
 
     def draw_eps(self, n: int, generator: torch.Generator) -> torch.Tensor | None:
         """Plan noise for n plans (None when the plan is off: no draw, so the actions match PPO's)."""
