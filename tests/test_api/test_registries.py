@@ -1,0 +1,120 @@
+"""One registry per extension point: the task metadata every reader takes from ``TaskSpec``, the one backbone
+resolver behind prompting, training and the benchmark, and the agent / objective registries' one-line errors."""
+
+import pytest
+
+from echo_rl.config import ConfigError
+from echo_rl.environments import registry
+from echo_rl.environments.registry import TaskSpec, register_task, register_text_env, split_configs, task_spec
+from echo_rl.evaluation import methods
+from echo_rl.models import loader
+from echo_rl.models.resolve import resolve_backbone
+from echo_rl.training import agents
+from echo_rl.training.lm import objectives
+
+
+@pytest.fixture(autouse=True)
+def _registries_restored():
+    registry.text_task_names()
+    saved = [(d, dict(d)) for d in (registry._TASKS, agents.AGENTS, methods._METHODS, objectives._OBJECTIVES,
+                                    loader._REGISTERED)]
+    yield
+    for registered, before in saved:
+        registered.clear()
+        registered.update(before)
+
+
+def _factory(**kw):
+    raise AssertionError("not built in these tests")
+
+
+def test_built_in_tasks_carry_their_metadata_from_their_own_modules():
+    assert registry.text_task_names()[:5] == ["alfworld", "webshop", "cruxeval", "arc", "minigrid"]
+    assert split_configs("alfworld") == ({"split": "valid_train"}, {"split": "valid_unseen"})
+    assert split_configs("cruxeval") == ({"split": "train"}, {"split": "test"})
+    assert split_configs("arc") == ({"split": "training"}, {"split": "evaluation"})
+    assert split_configs("webshop") == split_configs("minigrid:MiniGrid-Empty-5x5-v0") == ({}, {})
+    assert task_spec("BabyAI-GoToRedBall-v0").name == "minigrid"  # every MiniGrid id is MiniGrid's text task
+    assert [t for t in registry.text_task_names() if task_spec(t).multiline] == ["arc"]
+    assert all(task_spec(t).prompting and task_spec(t).data for t in ("alfworld", "webshop", "cruxeval", "arc"))
+    assert task_spec("alfworld").factory.__module__ == "echo_rl.environments.alfworld"
+    with pytest.raises(ConfigError, match="vector task"):
+        task_spec("CartPole-v1")
+
+
+def test_prompting_and_multiline_readers_follow_the_registry():
+    from echo_rl.agents.base import is_multiline_task
+    from echo_rl.evaluation.runners import agent_task
+
+    assert agent_task("minigrid:MiniGrid-Empty-5x5-v0") == "minigrid" and agent_task("arc") == "arc"
+    register_text_env("grids", _factory, multiline=True)
+    assert agent_task("grids") is None and is_multiline_task("grids") and not is_multiline_task("webshop")
+    register_text_env("arc", _factory)  # a user entry replaces the built-in one, metadata included
+    assert split_configs("arc") == ({}, {}) and not is_multiline_task("arc")
+
+
+def test_bad_task_entries_are_one_line_errors():
+    with pytest.raises(ConfigError, match="unknown TaskSpec field.*multi_line.*allowed: "):
+        register_text_env("t", _factory, multi_line=True)
+    with pytest.raises(ConfigError, match="TaskSpec.eval_config of task 't' is invalid: must be a mapping"):
+        register_task(TaskSpec("t", _factory, eval_config="test"))
+    with pytest.raises(ConfigError, match="register_task needs a TaskSpec"):
+        register_task({"name": "t"})
+    spec = register_text_env("t", _factory, train_config={"split": "a"})
+    with pytest.raises(TypeError):
+        spec.train_config["split"] = "b"  # shared by every reader: read-only
+
+
+def test_one_resolver_names_every_backbone(tmp_path):
+    from echo_rl.models import ScriptedBackbone, register_backbone
+
+    tiny = resolve_backbone("tiny:tiny-llama")
+    assert (tiny.kind, tiny.preset, tiny.has_weights) == ("tiny", "tiny-llama", True)
+    assert resolve_backbone("small").preset == "small"
+    api = resolve_backbone("gpt-4o")
+    assert api.kind == "api" and api.provider and not api.has_weights
+    url = resolve_backbone("http://127.0.0.1:8000/v1#my-model")
+    assert (url.kind, url.url, url.model) == ("url", "http://127.0.0.1:8000/v1", "my-model")
+    ckpt = resolve_backbone(str(tmp_path))
+    assert ckpt.kind == "checkpoint" and ckpt.checkpoint() == tmp_path
+    register_backbone("mine", lambda config: ScriptedBackbone(lambda messages: "ok", name="mine"))
+    assert resolve_backbone("mine").kind == "registered" and not resolve_backbone("mine").has_weights
+    assert resolve_backbone("nowhere-model", strict=False) is None
+    with pytest.raises(ConfigError, match="unknown backbone 'nowhere-model'; allowed: tiny.*register_backbone"):
+        resolve_backbone("nowhere-model")
+    with pytest.raises(ConfigError, match="unknown tiny preset 'huge'"):
+        resolve_backbone("tiny:huge")
+
+
+def test_training_and_the_benchmark_read_the_same_resolver():
+    pytest.importorskip("transformers")
+    from echo_rl.evaluation.methods import get_method
+    from echo_rl.models import ScriptedBackbone, register_backbone
+    from echo_rl.training.lm.policy import load_policy
+
+    register_backbone("mine", lambda config: ScriptedBackbone(lambda messages: "ok", name="mine"))
+    with pytest.raises(ConfigError, match="a registered backbone is built by its factory and has no checkpoint"):
+        load_policy("mine", 0)
+    with pytest.raises(ConfigError, match="API models cannot be trained"):
+        load_policy("http://127.0.0.1:8000/v1", 0)
+    reason = get_method("ppo-rlhf").skip_reason("arc", "mine")
+    assert "registered backbone 'mine' has none" in reason
+    assert get_method("react").skip_reason("arc", "mine") is None  # prompting builds it through its factory
+
+
+def test_agent_and_objective_registration_errors():
+    from echo_rl.training.lm.learner import LMLearnerConfig
+
+    with pytest.raises(ConfigError, match="agent 'x' is invalid: must be a class or 'module:Class'"):
+        agents.register_agent("x", object())
+    with pytest.raises(ConfigError, match="name the class as 'module:Class'"):
+        agents.register_agent("x", "no_colon")
+    agents.register_agent("lazy", "echo_rl.training.ppo_agent:PPOAgent")
+    assert agents.agent_class("lazy").__name__ == "PPOAgent"
+    with pytest.raises(ConfigError, match="loss of objective 'x' is invalid: must be callable"):
+        objectives.register_lm_objective("x", 3)
+    assert objectives.get_objective("ppo-rlhf").value_head and not objectives.get_objective("grpo").value_head
+    with pytest.raises(ConfigError, match="objective='sac' is invalid: allowed: grpo, ppo-rlhf.*register_lm_objective"):
+        LMLearnerConfig(objective="sac")
+    objectives.register_lm_objective("sac", lambda x: None)
+    assert LMLearnerConfig(objective="sac").objective == "sac"
