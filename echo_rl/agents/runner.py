@@ -177,7 +177,7 @@ def evaluate_text_agent(task: str, agent: str, backbone: str | Backbone, episode
                         concurrency: int = DEFAULT_CONCURRENCY) -> dict:
     """Run ``episodes`` episodes of ``agent`` with ``backbone`` on text task ``task``; return and print the scores."""
     from echo_rl.agents.engine_backbone import engine_backed
-    from echo_rl.environments.registry import check_task_name, make_env
+    from echo_rl.environments.registry import check_task_name, make_env, task_spec
     from echo_rl.models import load_backbone
 
     if agent not in AGENT_NAMES:
@@ -202,11 +202,13 @@ def evaluate_text_agent(task: str, agent: str, backbone: str | Backbone, episode
         model = backbone
     elif backbone != EXPERT:
         model = engine_backed(load_backbone(backbone, backbone_config))  # a bad name or missing key fails here
-    agent_task = "minigrid" if task.startswith(("minigrid", "MiniGrid-", "BabyAI-")) else task
+    spec = task_spec(task)  # its prompt family (None: the generic reply format) and whether answers span lines
+    agent_task = spec.name if spec.prompting else None
+    options = {"multiline": True} if agent_task is None and spec.multiline else {}
 
     def make_agent(env: Any) -> TextAgent:
         return build_agent(agent, model if model is not None else expert_backbone(env), task=agent_task,
-                           **(agent_config or {}))
+                           **{**options, **(agent_config or {})})
 
     plan = episode_plan(num_tasks, episodes, seed)
     jobs = [EpisodeJob(i, seed + i, None if index is None else {"task_index": index}) for i, index in enumerate(plan)]

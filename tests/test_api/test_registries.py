@@ -118,3 +118,44 @@ def test_agent_and_objective_registration_errors():
         LMLearnerConfig(objective="sac")
     objectives.register_lm_objective("sac", lambda x: None)
     assert LMLearnerConfig(objective="sac").objective == "sac"
+
+
+def test_a_multiline_user_task_gets_whole_answers_in_eval_and_the_benchmark(tmp_path):
+    """``TaskSpec.multiline`` reaches the prompting agents of ``echo-rl eval`` and of benchmark cells: a two-line
+    answer is passed whole (cut at its first line, it would never win)."""
+    import asyncio
+    from dataclasses import dataclass
+
+    from echo_rl.agents.runner import evaluate_text_agent
+    from echo_rl.config import ConfigBase, spec
+    from echo_rl.environments.base import StepOutcome, TextEnvironment, env_output
+    from echo_rl.evaluation.benchmark import BenchmarkConfig, EchoRLBenchmark
+    from echo_rl.models import ScriptedBackbone, register_backbone
+
+    @dataclass
+    class GridConfig(ConfigBase):
+        max_steps: int = spec(2, help="answers per episode", min=1)
+
+    class Grid(TextEnvironment):
+        def _num_tasks(self):
+            return 1
+
+        def _reset_task(self, index, options):
+            return env_output("Write the 2x2 grid of 1 2 / 3 4.")
+
+        def _step(self, action):
+            won = action.strip() == "1 2\n3 4"
+            return StepOutcome(env_output("Right." if won else "Wrong."), reward=float(won), terminated=won, won=won)
+
+    register_text_env("grid2", lambda **kw: Grid(GridConfig(**kw)), multiline=True)
+    register_backbone("grid-writer", lambda config: ScriptedBackbone(lambda messages: "1 2\n3 4", name="grid-writer"))
+    summary = evaluate_text_agent("grid2", "act", "grid-writer", episodes=1, seed=0)
+    assert summary["success_rate"] == 1.0
+    cfg = BenchmarkConfig(tasks=["grid2"], backbones=["grid-writer"], baselines=["act"], num_seeds=1, num_episodes=1,
+                          max_steps_per_episode=2, output_dir=str(tmp_path / "bench"), generate_plots=False,
+                          generate_report=False)
+    assert asyncio.run(EchoRLBenchmark(cfg).run_benchmark())["ok"] == 1
+    import json
+
+    (cell,) = [json.loads(p.read_text()) for p in (tmp_path / "bench").rglob("cells/**/*.json")]
+    assert cell["metrics"]["success_at_1"] == 1.0
