@@ -129,15 +129,18 @@ def kv_bytes_per_token(model) -> int:
 
 def run_engine(model, system, obs, args):
     from echo_rl.core.async_execution import AsyncExecutionEngine, ExecutionConfig
+    from echo_rl.training.lm.session import EpisodeSession
 
     cfg = ExecutionConfig(max_concurrent_rollouts=len(obs), max_batch_tokens=args.max_batch_tokens,
                           kv_memory_budget_mb=args.kv_budget_mb)
     actions = [[] for _ in obs]
 
     async def episode(eng, e):
-        eng.episode(e, system, role="template")
+        session = EpisodeSession(eng, e)  # the episode's history is the caller's; the engine serves each turn
+        session.append(system, "template")
         for o in obs[e]:
-            r = await eng.submit_rollout(e, o, max_new_tokens=args.act_len, stop_token_ids=())
+            session.append(o)
+            r = await session.generate(max_new_tokens=args.act_len, stop_token_ids=())
             actions[e].append(r.token_ids)
 
     async def main():

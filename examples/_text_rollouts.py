@@ -35,34 +35,35 @@ def load_tiny(preset: str = "tiny") -> tuple[Any, Any]:
     return model, AutoTokenizer.from_pretrained(path)
 
 
-async def _episode(engine: Any, tok: Any, eid: int, task: str, system_ids: list[int], max_turns: int,
+async def _episode(sessions: Any, tok: Any, eid: int, task: str, system_ids: list[int], max_turns: int,
                    max_new_tokens: int, turns: list[dict], bandwidth: list[dict]) -> list[int]:
     from echo_rl.environments.registry import make_env
 
     env = make_env(task)
     obs, _ = env.reset(seed=eid)
-    engine.episode(eid, system_ids, role="template")
+    sessions.episode(eid, system_ids, role="template")
     for turn in range(max_turns):
         ids = tok(f"Observation: {obs}\nAction:", add_special_tokens=False)["input_ids"]
-        result = await engine.submit_rollout(eid, ids, max_new_tokens=max_new_tokens, temperature=0.0,
+        result = await sessions.submit_rollout(eid, ids, max_new_tokens=max_new_tokens, temperature=0.0,
                                              stop_token_ids=())
         obs, reward, terminated, truncated, _ = env.step(env.expert_action())
         done = terminated or truncated or turn == max_turns - 1
-        b_eff = engine.episode(eid).record_reward(reward, done=done)
+        b_eff = sessions.episode(eid).record_reward(reward, done=done)
         turns.append({"episode": eid, "turn": turn, "prompt_length": result.prompt_length,
                       "cached_length": result.cached_length, "latency": result.latency, "reward": reward,
                       "b_eff": b_eff, "b_full": result.prompt_length * (result.prompt_length + 1) / 2})
-        bandwidth.append(dict(engine.bandwidth_tracker.snapshot()))
+        bandwidth.append(dict(sessions.bandwidth.snapshot()))
         if done:
             break
     env.close()
-    return engine.end_episode(eid).token_ids
+    return sessions.end_episode(eid).token_ids
 
 
 def run_rollout(model: Any, tok: Any, config: Any, task: str, episodes: int, max_turns: int,
                 max_new_tokens: int) -> dict[str, Any]:
     """Run ``episodes`` concurrent episodes; returns the engine snapshot, per-turn rows, tracker history, tokens."""
     from echo_rl.core.async_execution import AsyncExecutionEngine
+    from echo_rl.training.lm.session import EpisodeSessions
 
     async def main() -> dict[str, Any]:
         turns: list[dict] = []
@@ -70,7 +71,8 @@ def run_rollout(model: Any, tok: Any, config: Any, task: str, episodes: int, max
         system_ids = tok(INSTRUCTIONS, add_special_tokens=False)["input_ids"]
         t0 = time.perf_counter()
         async with AsyncExecutionEngine(config, model, device="cpu") as engine:
-            tokens = await asyncio.gather(*[_episode(engine, tok, i, task, system_ids, max_turns, max_new_tokens,
+            sessions = EpisodeSessions(engine)  # episode histories and the eta_bw tracker
+            tokens = await asyncio.gather(*[_episode(sessions, tok, i, task, system_ids, max_turns, max_new_tokens,
                                                      turns, bandwidth) for i in range(episodes)])
             snap = engine.snapshot()
         return {"snapshot": snap, "turns": turns, "bandwidth": bandwidth, "tokens": tokens,

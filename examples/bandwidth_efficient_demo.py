@@ -7,7 +7,7 @@ t' tokens leaves b_eff = b(t) - b(t'). The demo runs concurrent multi-turn
 MiniGrid-as-text episodes through the execution engine (tiny backbone; the
 environment's expert supplies the moves, so episodes end and pay reward) with
 the radix cache and without reuse. Each turn's reward and prompt go to
-``EpisodeSession.record_reward`` -> the engine's ``BandwidthEfficiencyTracker``,
+``EpisodeSession.record_reward`` -> the sessions' ``BandwidthEfficiencyTracker``,
 whose eta_bw = E[sum r] / E[sum b_eff] and bandwidth saved are printed for
 both runs and plotted as the rollout unfolds.
 """

@@ -115,7 +115,7 @@ def _engine_errors(call: Any) -> Any:
 
 
 def _as_config_error(exc: ValueError) -> Exception:
-    from echo_rl.engine.engine import ContextLengthError as EngineContextError
+    from echo_rl.engine.request import ContextLengthError as EngineContextError
 
     if isinstance(exc, EngineContextError):  # the episode outgrew the context: the runners fail that episode
         return ContextLengthError(str(exc))

@@ -10,8 +10,8 @@ from echo_rl.config import ExecutionConfig
 from echo_rl.engine.cache_sizing import KVCacheManager, cache_capacity_tokens
 from echo_rl.engine.engine import AsyncExecutionEngine, ContextLengthError, EngineClosedError, GenerationResult
 from echo_rl.engine.sampling import SamplingParams
-from echo_rl.engine.session import EpisodeSession
 from echo_rl.engine.vllm_backend import VLLMExecutionEngine
+from echo_rl.training.lm.session import EpisodeSession  # episode histories are the generator's (training)
 
 __all__ = ["AsyncExecutionEngine", "ContextLengthError", "EngineClosedError", "EpisodeSession",
            "ExecutionConfig", "GenerationResult", "KVCacheManager", "SamplingParams",

@@ -6,12 +6,15 @@ leave between steps. A request first takes the longest prefix of its prompt
 the radix cache holds (pinned while it runs), computes the rest, and on finish
 gives its history back to the cache so the next turn of the episode, or a
 sibling in its GRPO group, starts from there. Waiting requests are admitted by
-bandwidth-aware priority (``scheduler``).
+bandwidth-aware priority (``scheduler``) within the KV budget (``kv_budget``);
+inputs are checked before queueing (``request``). The engine keeps no episode
+or reward state: callers own their histories and their η_bw accounting.
 
 Threading: the asyncio loop only enqueues requests and resolves futures; all
-engine state (cache, sequences, model) is touched by one worker thread that
-runs the steps, so the event loop (and the environments running on it) stays
-responsive while torch computes.
+engine state (cache, sequences, model, attached modules) is touched by one
+worker thread that runs the steps, weight updates and ``call``-ed functions,
+so the event loop (and the environments on it) stays responsive while torch
+computes.
 """
 
 from __future__ import annotations
@@ -20,23 +23,33 @@ import asyncio
 import collections
 import concurrent.futures
 import itertools
-import math
-import operator
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from echo_rl.config import BandwidthConfig, ConfigError, ExecutionConfig
-from echo_rl.core.bandwidth import BandwidthEfficiencyTracker
+from echo_rl.config import ConfigError, ExecutionConfig
+from echo_rl.engine.kv_budget import KVBudget
 from echo_rl.engine.metrics import EngineMetrics
-from echo_rl.engine.model_runner import PackedModelRunner, Segment, SequenceKV
-from echo_rl.engine.radix_cache import KVCacheManager, PrefixMatch
+from echo_rl.engine.model_runner import PackedModelRunner, Segment
+from echo_rl.engine.radix_cache import PrefixMatch
+from echo_rl.engine.request import (  # noqa: F401 - ContextLengthError, GenerationResult, int_list re-exported
+    ContextLengthError,
+    EngineClosedError,
+    EngineFrontend,
+    GenerationResult,
+    Request,
+    RequestFailedError,
+    Running,
+    check_context,
+    check_plan,
+    check_prompt,
+    check_reward_estimate,
+    int_list,
+)
 from echo_rl.engine.sampling import SamplingParams, choose_token
 from echo_rl.engine.scheduler import RequestScheduler
-from echo_rl.engine.session import EngineFrontend, EpisodeSession  # noqa: F401 - re-exported
 from echo_rl.kernels.sequence import prefix_match
 
 # Wait for an in-flight prefill instead of recomputing a shared prefix when it is at least this long
@@ -44,85 +57,13 @@ from echo_rl.kernels.sequence import prefix_match
 SHARE_MIN_TOKENS = 16
 
 
-class ContextLengthError(ValueError):
-    """A request needs more positions than the model's context holds."""
-
-
-class EngineClosedError(RuntimeError):
-    """The engine is not running (call ``start()`` or use ``async with``)."""
-
-
-class RequestFailedError(RuntimeError):
-    """This request failed inside the engine; the others kept running."""
-
-
-def int_list(values: Sequence[int], name: str) -> list[int]:
-    """``values`` as Python ints; floats, bools and strings are a ValueError naming ``name``."""
-    out = []
-    for t in values:
-        try:
-            if isinstance(t, bool):
-                raise TypeError
-            out.append(operator.index(t))  # ints, numpy ints, integer 0-d tensors
-        except TypeError:
-            raise ValueError(f"{name} contains {t!r}: must be integers") from None
-    return out
-
-
-@dataclass
-class GenerationResult:
-    """What one request produced. ``logprobs[i]`` is log p(token_ids[i]) at the request's temperature."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
-    prompt_length: int  # prompt tokens + soft-prefix rows
-    cached_length: int  # of them, served from the radix cache
-    queue_time: float
-    latency: float
-    policy_versions: list[int]  # the weights version that produced each token
-
-
-@dataclass(eq=False)
-class _Request:
-    rid: int
-    prompt: list[int]
-    params: SamplingParams
-    plan: torch.Tensor | None
-    reward: float
-    arrival: float
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    cancelled: bool = False
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self.prompt) + (0 if self.plan is None else int(self.plan.shape[0]))
-
-
-@dataclass(eq=False)
-class _Sequence:
-    req: _Request
-    kv: SequenceKV
-    match: PrefixMatch
-    admitted: float
-    b_eff: float
-    generator: torch.Generator | None
-    start_version: int
-    out: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-
-    @property
-    def prefilled(self) -> bool:
-        return self.kv.length >= self.req.num_inputs
-
-
 class AsyncExecutionEngine(EngineFrontend):
-    """Serves ``await generate(...)`` / ``await submit_rollout(...)`` for a local Llama/Qwen model.
+    """Serves ``await generate(...)`` / ``await submit_rollout(state_sequence=...)`` for a local Llama/Qwen model.
 
     ``model`` is a transformers causal LM (``LlamaForCausalLM``, ``Qwen2ForCausalLM``,
-    ``Qwen3ForCausalLM``); it is moved to ``device`` and put in eval mode.
+    ``Qwen3ForCausalLM``); it is moved to ``device`` and put in eval mode. Modules the caller
+    computes inputs with (a latent planner) can be :meth:`attach`-ed: :meth:`call` runs them on the
+    engine's thread and :meth:`update_weights` loads them with the model, under one version.
     """
 
     def __init__(self, config: ExecutionConfig | None = None, model: Any = None,
@@ -136,32 +77,23 @@ class AsyncExecutionEngine(EngineFrontend):
         self.runner = PackedModelRunner(model.to(self.device))
         cfg = self.config
         self.max_context = min(self.runner.max_context, cfg.max_context_length or self.runner.max_context)
-        bytes_per_token = 2 * len(self.runner.layers) * self.runner.num_kv_heads * self.runner.head_dim \
-            * torch.tensor([], dtype=self.runner.dtype).element_size()
-        # The budget bounds all KV the engine allocates: the cache pool plus every running sequence's
-        # working buffer. The cache yields to working KV (evicts and shrinks); requests wait for room.
-        self.kv_budget_bytes = int(cfg.kv_memory_budget_mb * 2**20)
-        self.bytes_per_token = bytes_per_token
-        budget_tokens = self.kv_budget_bytes // bytes_per_token
-        self.cache = KVCacheManager(len(self.runner.layers), self.runner.num_kv_heads, self.runner.head_dim,
-                                    min(cfg.max_cache_size, budget_tokens), self.runner.dtype, self.device)
+        self.kv = KVBudget(self.runner, cfg.kv_memory_budget_mb, cfg.max_cache_size, self.device)
+        self.cache = self.kv.cache
         self.scheduler = RequestScheduler(
             "bandwidth" if cfg.enable_bandwidth_scheduling else "fifo", cfg.bandwidth_scale,
             cfg.bandwidth_weight, cfg.queue_weight, cfg.schedule_epsilon)
         self.metrics = EngineMetrics(cfg.max_concurrent_rollouts)
-        # eta_bw needs rewards, which only the caller knows: EpisodeSession.record_reward feeds it.
-        self.bandwidth_tracker = BandwidthEfficiencyTracker(BandwidthConfig(scale=cfg.bandwidth_scale))
+        self.modules: dict[str, torch.nn.Module] = {}
         self.policy_version = 0
         gen_cfg = getattr(model, "generation_config", None)
         eos = getattr(gen_cfg, "eos_token_id", None)
         if eos is None:
             eos = getattr(model.config, "eos_token_id", None)
         self.default_stop_ids = tuple([eos] if isinstance(eos, int) else (eos or []))
-        self._inbox: collections.deque[_Request] = collections.deque()
-        self._waiting: list[_Request] = []
-        self._running: list[_Sequence] = []
+        self._inbox: collections.deque[Request] = collections.deque()
+        self._waiting: list[Request] = []
+        self._running: list[Running] = []
         self._ids = itertools.count()
-        self._episodes: dict[Any, EpisodeSession] = {}
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
@@ -211,35 +143,20 @@ class AsyncExecutionEngine(EngineFrontend):
         """
         if self._task is None or self._stopping:
             raise EngineClosedError("engine is not running: call `await engine.start()` or use `async with engine`")
-        prompt = int_list(prompt_ids, "prompt_ids")
-        bad = next((t for t in prompt if not 0 <= t < self.runner.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"prompt_ids contains token {bad}: allowed 0..{self.runner.vocab_size - 1}")
+        prompt = check_prompt(prompt_ids, self.runner.vocab_size)
         plan = None
         if plan_embeddings is not None:
-            plan = torch.as_tensor(plan_embeddings)
-            if plan.ndim != 2 or plan.shape[0] < 1 or plan.shape[1] != self.runner.hidden_size:
-                raise ValueError(f"plan_embeddings shape {tuple(plan.shape)} is invalid: need "
-                                 f"[P>=1, hidden_size={self.runner.hidden_size}]")
-            if not plan.is_floating_point() or not bool(torch.isfinite(plan).all()):
-                raise ValueError("plan_embeddings is invalid: must be a finite floating-point tensor")
-            plan = plan.detach().to(self.device, self.runner.dtype)
+            plan = check_plan(plan_embeddings, self.runner.hidden_size).detach().to(self.device, self.runner.dtype)
         if not prompt and plan is None:
             raise ValueError("prompt_ids is empty: need at least one token (or plan_embeddings)")
         stops = self.default_stop_ids if stop_token_ids is None else tuple(int_list(stop_token_ids,
                                                                                      "stop_token_ids"))
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                 top_k=top_k, stop_token_ids=stops, seed=seed)
-        if not isinstance(reward_estimate, (int, float)) or not math.isfinite(reward_estimate):
-            raise ValueError(f"reward_estimate={reward_estimate!r} is invalid: must be a finite number")
+        reward = check_reward_estimate(reward_estimate)
         loop = asyncio.get_running_loop()
-        req = _Request(next(self._ids), prompt, params, plan, float(reward_estimate), time.perf_counter(),
-                       loop.create_future(), loop)
-        need = req.num_inputs + max_new_tokens
-        if need > self.max_context:
-            raise ContextLengthError(
-                f"request needs {need} positions (prompt {req.num_inputs} + max_new_tokens {max_new_tokens}) "
-                f"but the context length is {self.max_context}")
+        req = Request(next(self._ids), prompt, params, plan, reward, time.perf_counter(), loop.create_future(), loop)
+        check_context(req.num_inputs, max_new_tokens, self.max_context)
         self._inbox.append(req)
         self._wake.set()
         try:
@@ -249,29 +166,56 @@ class AsyncExecutionEngine(EngineFrontend):
             self._wake.set()
             raise
 
-    async def update_weights(self, state_dict: dict | None = None, version: int | None = None) -> int:
+    async def update_weights(self, state_dict: dict | None = None, version: int | None = None, *,
+                             modules: dict[str, dict] | None = None) -> int:
         """Load new weights between steps and bump the policy version.
 
-        Cached KV of older versions is never matched again; in-flight sequences
-        keep going and record the version of every token they produce, and a
-        sequence that spans versions does not give its KV back to the cache.
+        ``modules`` maps an :meth:`attach`-ed module's name to its new state dict: it is
+        loaded in the same step, so the model and the modules that compute its inputs
+        change version together. Cached KV of older versions is never matched again;
+        in-flight sequences keep going and record the version of every token they
+        produce, and a sequence that spans versions does not give its KV back to the cache.
         """
         new_version = self.policy_version + 1 if version is None else int(version)
         if new_version <= self.policy_version:
             raise ValueError(f"version={version!r} is invalid: must be > current {self.policy_version}")
+        unknown = sorted(set(modules or ()) - set(self.modules))
+        if unknown:
+            raise ValueError(f"modules={unknown} are not attached to the engine (attached: {sorted(self.modules)})")
 
         def apply() -> None:
+            if state_dict is not None:
+                self.runner.model.load_state_dict(state_dict)
+            for name, state in (modules or {}).items():
+                self.modules[name].load_state_dict(state)
+            self.policy_version = new_version
+            self.cache.set_version(new_version)
+
+        await self.call(apply)
+        return new_version
+
+    def attach(self, name: str, module: torch.nn.Module) -> torch.nn.Module:
+        """Register a module the caller computes engine inputs with (a latent planner on the engine's
+        embeddings): :meth:`update_weights` loads it with the model under one version."""
+        if name in self.modules:
+            raise ValueError(f"a module named {name!r} is already attached")
+        self.modules[name] = module.eval()
+        return module
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the engine's worker thread, between two steps.
+
+        For work that reads the engine's model or attached modules (scoring candidate
+        actions, a latent plan from the model's embeddings): it never runs during a
+        decode step or a weight update, so it sees one consistent version.
+        """
+        def locked() -> Any:
             with self._state_lock:
-                if state_dict is not None:
-                    self.runner.model.load_state_dict(state_dict)
-                self.policy_version = new_version
-                self.cache.set_version(new_version)
+                return fn(*args, **kwargs)
 
         if self._executor is None:
-            apply()
-        else:
-            await asyncio.get_running_loop().run_in_executor(self._executor, apply)
-        return new_version
+            return locked()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, locked)
 
     def snapshot(self) -> dict[str, float]:
         """Metrics (see ``engine.metrics``) plus cache state, read between two steps."""
@@ -279,20 +223,9 @@ class AsyncExecutionEngine(EngineFrontend):
             return self._snapshot()
 
     def _snapshot(self) -> dict[str, float]:
-        out = self.metrics.snapshot()
-        working = self._working_bytes()
-        out.update({"cache_tokens": float(self.cache.cached_tokens),
-                    "cache_memory_mb": self.cache.memory_bytes / 2**20,
-                    "cache_allocated_mb": self.cache.pool.capacity_bytes / 2**20,
-                    "kv_working_mb": working / 2**20,
-                    "kv_memory_mb": (working + self.cache.pool.capacity_bytes) / 2**20,
-                    "kv_budget_mb": self.kv_budget_bytes / 2**20,
-                    "cache_evicted_tokens": float(self.cache.evicted_tokens),
-                    "cache_pinned_tokens": float(self.cache.pinned_tokens()),
-                    "running": float(len(self._running)), "waiting": float(len(self._waiting)),
-                    "policy_version": float(self.policy_version)})
-        out.update({f"bw_{k}": v for k, v in self.bandwidth_tracker.snapshot().items()})
-        return out
+        return {**self.metrics.snapshot(), **self.kv.snapshot(self._running),
+                "running": float(len(self._running)), "waiting": float(len(self._waiting)),
+                "policy_version": float(self.policy_version)}
 
     # -- the loop -------------------------------------------------------------
     async def _loop(self) -> None:
@@ -374,7 +307,10 @@ class AsyncExecutionEngine(EngineFrontend):
             return done
         segments, seqs = self._build_batch()
         t0 = time.perf_counter()
-        rows = self._forward_isolating(segments, seqs, done)
+        logits, errors = self.runner.forward_isolating(segments)  # a faulty segment fails its request alone
+        for i, exc in errors.items():
+            done.append((seqs[i].req, self._fail_one(seqs[i], exc)))
+        rows = [(seqs[i], row) for i, row in logits.items()]
         self.metrics.record_step(len(segments), sum(s.num_inputs for s in segments), time.perf_counter() - t0)
         finished = []
         for seq, logits in rows:
@@ -398,48 +334,11 @@ class AsyncExecutionEngine(EngineFrontend):
                 done.append((seq.req, self._finish(seq, reason)))
             except Exception as exc:
                 done.append((seq.req, self._fail_one(seq, exc)))
-        self._note_kv()
-        self._fit_cache()  # finished sequences gave working KV back: the cache may grow into it
+        self.metrics.record_kv(self.kv.held_bytes(self._running))
+        self.kv.fit_cache(self._running)  # finished sequences gave working KV back: the cache may grow into it
         return done
 
-    # -- KV memory budget -------------------------------------------------------
-    def _working_bytes(self) -> int:
-        return sum(s.kv.nbytes for s in self._running)
-
-    def _note_kv(self) -> None:
-        self.metrics.record_kv(self._working_bytes() + self.cache.pool.capacity_bytes)
-
-    def _fit_cache(self, extra: int = 0) -> bool:
-        """Bound the cache by what the budget leaves after working KV (+ ``extra`` bytes about to be taken)."""
-        room = self.kv_budget_bytes - self._working_bytes() - extra
-        return room >= 0 and self.cache.set_limit(room // self.bytes_per_token)
-
-    def _forward_isolating(self, segments: list[Segment], seqs: list[_Sequence],
-                           done: list) -> list[tuple[_Sequence, torch.Tensor]]:
-        """The step's forward; ``(sequence, logits)`` for every segment that needs logits.
-
-        If the packed forward raises, each segment is run alone (the forward
-        only advances ``kv.length`` after success, and sequences share no rows
-        outside attention), so only the sequences whose own forward fails are
-        failed, into ``done``; a fault of the model itself still fails them all.
-        """
-        try:
-            logits = self.runner.forward(segments)
-        except Exception:
-            out = []
-            for seg, seq in zip(segments, seqs):
-                try:
-                    row = self.runner.forward([seg])
-                except Exception as exc:
-                    done.append((seq.req, self._fail_one(seq, exc)))
-                    continue
-                if seg.need_logits:
-                    out.append((seq, row[0]))
-            return out
-        need = [seq for seg, seq in zip(segments, seqs) if seg.need_logits]
-        return [(seq, logits[i]) for i, seq in enumerate(need)]
-
-    def _fail_one(self, seq: _Sequence, exc: BaseException) -> BaseException:
+    def _fail_one(self, seq: Running, exc: BaseException) -> BaseException:
         """Drop one running sequence (pins released) and return the error its caller gets."""
         if seq in self._running:
             self._running.remove(seq)
@@ -495,34 +394,23 @@ class AsyncExecutionEngine(EngineFrontend):
                                                        f"{type(exc).__name__}: {exc}")))
                 continue
             self.metrics.record_admit(now - req.arrival)
-            self._running.append(_Sequence(req, kv, match, now, self.scheduler.b_eff(req.num_inputs, match.length),
+            self._running.append(Running(req, kv, match, now, self.scheduler.b_eff(req.num_inputs, match.length),
                                            gen, self.policy_version))
-            self._note_kv()
+            self.metrics.record_kv(self.kv.held_bytes(self._running))
         self._waiting.sort(key=lambda r: r.rid)  # requests sent back to wait keep their arrival order
 
-    def _reserve(self, req: _Request, limit: int, failed: list) -> PrefixMatch | None:
-        """Pin the request's cached prefix and make room in the KV budget for its working buffer.
-
-        The cache shrinks (LRU eviction) to make room. If pinned entries leave too little, the request
-        retries without its cached prefix, then waits for running sequences to finish; one that cannot
-        fit even alone fails with an error naming the budget. None: not admitted now.
-        """
-        need = (req.num_inputs + req.params.max_new_tokens) * self.bytes_per_token
-        match = self.cache.match_and_pin(req.prompt, limit)
-        if self._fit_cache(need):
-            match.slots = self.cache.current_slots(match)  # shrinking the pool may have moved them
+    def _reserve(self, req: Request, limit: int, failed: list) -> PrefixMatch | None:
+        """The request's pinned prefix and room for its working KV (``kv_budget``); else it waits for
+        running sequences to finish, or fails if it cannot fit even alone. None: not admitted now."""
+        need = (req.num_inputs + req.params.max_new_tokens) * self.kv.bytes_per_token
+        match = self.kv.reserve(req.prompt, limit, need, self._running)
+        if match is not None:
             return match
-        self.cache.release(match)
-        match = self.cache.match_and_pin(req.prompt, 0)  # recompute the prefix rather than wait
-        if self._fit_cache(need):
-            return match
-        self.cache.release(match)
-        self._fit_cache()
-        if not self._running and need > self.kv_budget_bytes:
+        if not self._running and need > self.kv.budget_bytes:
             self.metrics.requests_failed += 1
             failed.append((req, RequestFailedError(
                 f"request {req.rid} needs {need / 2**20:.3f} MiB of working KV ({req.num_inputs} inputs + "
-                f"max_new_tokens {req.params.max_new_tokens}, {self.bytes_per_token} B/token) but "
+                f"max_new_tokens {req.params.max_new_tokens}, {self.kv.bytes_per_token} B/token) but "
                 f"ExecutionConfig.kv_memory_budget_mb={self.config.kv_memory_budget_mb:g}")))
         else:
             self.metrics.memory_waits += 1
@@ -530,11 +418,11 @@ class AsyncExecutionEngine(EngineFrontend):
         return None
 
     @staticmethod
-    def _match_limit(req: _Request) -> int:
+    def _match_limit(req: Request) -> int:
         # The last input must be computed to get logits, unless a plan row follows the prompt.
         return len(req.prompt) if req.plan is not None else len(req.prompt) - 1
 
-    def _build_batch(self) -> tuple[list[Segment], list[_Sequence]]:
+    def _build_batch(self) -> tuple[list[Segment], list[Running]]:
         segments, seqs = [], []
         budget = self.config.max_batch_tokens
         decoding = [s for s in self._running if s.prefilled]
@@ -561,7 +449,7 @@ class AsyncExecutionEngine(EngineFrontend):
             budget -= b - a
         return segments, seqs
 
-    def _finish(self, seq: _Sequence, reason: str) -> GenerationResult:
+    def _finish(self, seq: Running, reason: str) -> GenerationResult:
         req = seq.req
         if seq.start_version == self.policy_version:
             if req.plan is None:

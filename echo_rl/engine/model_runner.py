@@ -142,6 +142,30 @@ class PackedModelRunner:
         return out.view(self.num_kv_heads, groups, n, self.head_dim).permute(2, 0, 1, 3).reshape(n, -1)
 
     @torch.inference_mode()
+    def forward_isolating(self, segments: list[Segment]) -> tuple[dict[int, torch.Tensor], dict[int, Exception]]:
+        """:meth:`forward` with faults contained: logits by segment index (those that need logits) and the
+        error of every segment whose own forward failed.
+
+        If the packed forward raises, each segment is run alone (the forward only advances ``kv.length``
+        after success, and segments share no rows outside attention), so only the segments whose own
+        forward fails are reported; a fault of the model itself fails them all.
+        """
+        try:
+            logits = self.forward(segments)
+        except Exception:
+            out, errors = {}, {}
+            for i, seg in enumerate(segments):
+                try:
+                    row = self.forward([seg])
+                except Exception as exc:
+                    errors[i] = exc
+                    continue
+                if seg.need_logits:
+                    out[i] = row[0]
+            return out, errors
+        need = [i for i, seg in enumerate(segments) if seg.need_logits]
+        return {i: logits[k] for k, i in enumerate(need)}, {}
+
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Append every segment's KV and return float32 logits at each ``need_logits`` segment's last row."""
         if not segments:

@@ -1,9 +1,9 @@
-"""The same engine API on vLLM (GPU): our admission order, sessions and accounting; vLLM's kernels.
+"""The same engine API on vLLM (GPU): our admission order and accounting; vLLM's kernels.
 
 vLLM already does continuous batching and prefix caching (hashed full blocks,
 ``enable_prefix_caching``), so this backend does not step tokens itself. It
-keeps what is ours: episode sessions that append sampled token ids (never
-re-tokenized), bandwidth-aware admission of at most
+keeps what is ours: the same ``generate`` / ``submit_rollout`` checks and
+results (so training's episode sessions run on either backend), bandwidth-aware admission of at most
 ``max_concurrent_rollouts`` requests (b_eff estimated from a token-only radix
 tree of what was sent, since vLLM cannot be asked before a request runs), the
 metrics of ``engine.metrics`` with reuse measured by vLLM's
@@ -24,9 +24,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from echo_rl.config import BandwidthConfig, ExecutionConfig
-from echo_rl.core.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.engine.engine import ContextLengthError, EngineClosedError, EngineFrontend, GenerationResult, int_list
+from echo_rl.config import ExecutionConfig
+from echo_rl.engine.request import ContextLengthError, EngineClosedError, EngineFrontend, GenerationResult, int_list
 from echo_rl.engine.sampling import SamplingParams
 from echo_rl.engine.metrics import EngineMetrics
 from echo_rl.engine.radix_cache import KVCacheManager
@@ -40,7 +39,7 @@ def _vllm_sampling_params(**kw):
 
 
 class VLLMExecutionEngine(EngineFrontend):
-    """``generate`` / ``submit_rollout`` on a vLLM ``AsyncLLMEngine``.
+    """``generate`` / ``submit_rollout(state_sequence=...)`` on a vLLM ``AsyncLLMEngine``.
 
     Pass ``model`` (a local path or hub id vLLM can load) and vLLM engine
     arguments, or an already built ``llm`` client. ``max_context`` defaults to
@@ -69,9 +68,7 @@ class VLLMExecutionEngine(EngineFrontend):
                                           cfg.bandwidth_scale, cfg.bandwidth_weight, cfg.queue_weight,
                                           cfg.schedule_epsilon)
         self.metrics = EngineMetrics(cfg.max_concurrent_rollouts)
-        self.bandwidth_tracker = BandwidthEfficiencyTracker(BandwidthConfig(scale=cfg.bandwidth_scale))
         self.policy_version = 0
-        self._episodes: dict = {}
         self._ids = itertools.count()
         self._waiting: list = []
         self._running = 0
@@ -205,5 +202,4 @@ class VLLMExecutionEngine(EngineFrontend):
         out = self.metrics.snapshot()
         out.update({"running": float(self._running), "waiting": float(len(self._waiting)),
                     "policy_version": float(self.policy_version)})
-        out.update({f"bw_{k}": v for k, v in self.bandwidth_tracker.snapshot().items()})
         return out

@@ -70,7 +70,7 @@ class EngineHost:
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
                        seed: int | None) -> Generated:
         """Submit one request to the shared engine and wait for it (a cancelled wait cancels the request)."""
-        from echo_rl.engine.engine import ContextLengthError, EngineClosedError, RequestFailedError
+        from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError
         from echo_rl.serve.app import APIError
 
         loop = self._ensure_started()

@@ -22,6 +22,7 @@ COMPAT = {
     "echo_rl.core.latent_planning": "echo_rl.planning",
     "echo_rl.core.prioritized_replay": "echo_rl.replay",
     "echo_rl.core.async_execution": "echo_rl.engine",
+    "echo_rl.core.bandwidth": "echo_rl.training.bandwidth",  # and the engine's priority rule, engine.scheduler
 }
 PROMISED = {
     "echo_rl.core": {"PlanningConfig", "ExecutionConfig", "ReplayConfig", "PPOConfig", "BandwidthConfig"},
@@ -29,6 +30,7 @@ PROMISED = {
                                      "LatentPlanningOptimizer"},
     "echo_rl.core.async_execution": {"ExecutionConfig", "AsyncExecutionEngine", "KVCacheManager"},
     "echo_rl.core.prioritized_replay": {"ReplayConfig", "PrioritizedReplayBuffer", "HotColdBuffer"},
+    "echo_rl.core.bandwidth": {"BandwidthConfig", "BandwidthEfficiencyTracker", "BandwidthAwareScheduler"},
 }
 FLOOR = ("echo_rl.config", "echo_rl.types", "echo_rl.kernels")
 

@@ -305,7 +305,7 @@ def test_lm_rollouts_close_eta_bw_episodes_on_caps(tiny_lm, cap):
             for s in range(3):
                 trajs.append(await worker.episode(MiniGridEnvironment(task_type="empty", max_steps=50), seed=s))
                 engine.max_context = engine.runner.max_context
-            return trajs, engine.bandwidth_tracker.snapshot()
+            return trajs, worker.bandwidth.snapshot()  # the generator's η_bw tracker, fed from engine results
 
     trajs, snap = asyncio.run(run())
     assert all(t.info["truncated"] and t.num_turns == (2 if cap == "turns" else 1) for t in trajs)

@@ -1,11 +1,13 @@
 """The engine against transformers: same greedy tokens, same log-probs, under reuse and eviction."""
 
 import asyncio
+import threading
 
 import pytest
 import torch
 
 from echo_rl.core.async_execution import AsyncExecutionEngine, ContextLengthError, ExecutionConfig
+from echo_rl.training.lm.session import EpisodeSession
 from .helpers import hf_greedy, run, tiny_model
 
 KINDS = ["llama-mha", "llama-gqa", "qwen2-gqa", "qwen3-gqa"]
@@ -41,7 +43,8 @@ def _episodes(model, n_eps, turns, cfg, obs_len=(5, 15), act=6, seed=0):
     log = []
 
     async def episode(eng, e):
-        s = eng.episode(e, system)
+        s = EpisodeSession(eng, e)
+        s.append(system, "template")
         for t in range(turns):
             s.append(obs[e][t])
             prompt = list(s.token_ids)
@@ -80,7 +83,7 @@ def test_tight_budget_bounds_all_kv_and_stays_exact():
     for prompt, r in log:
         assert r.token_ids == hf_greedy(model, prompt, len(r.token_ids))
     snap = eng.snapshot()
-    assert eng.bytes_per_token == per_token
+    assert eng.kv.bytes_per_token == per_token
     assert 0 < snap["kv_peak_mb"] * 2**20 <= budget
     assert snap["memory_waits"] > 0  # four episodes did not all fit at once
     assert eng.cache.evicted_tokens > 0
@@ -313,27 +316,77 @@ def test_unsupported_model_is_refused():
     del cfg
 
 
-def test_episode_session_roles_logprobs_and_eta_bw():
+def test_episode_sessions_build_a_trajectory_and_feed_eta_bw():
+    """The episode form of submit_rollout lives with the generator (training), on its trajectory accumulator."""
+    from echo_rl.training.lm.session import EpisodeSessions
+    from echo_rl.types import role_names
+
     model = tiny_model("llama-gqa")
 
     async def main():
         async with AsyncExecutionEngine(ExecutionConfig(), model) as eng:
-            s = eng.episode("ep", [1, 2, 3, 4])
-            r1 = await eng.submit_rollout("ep", [5, 6, 7], max_new_tokens=3, stop_token_ids=())
+            sessions = EpisodeSessions(eng)
+            s = sessions.episode("ep", [1, 2, 3, 4])
+            r1 = await sessions.submit_rollout("ep", [5, 6, 7], max_new_tokens=3, stop_token_ids=())
             s.record_reward(0.0)
-            r2 = await eng.submit_rollout("ep", [8, 9], max_new_tokens=2, stop_token_ids=())
+            r2 = await sessions.submit_rollout("ep", [8, 9], max_new_tokens=2, stop_token_ids=())
             s.record_reward(1.0, done=True)
-            return s, r1, r2, eng.end_episode("ep"), eng.snapshot()
+            with pytest.raises(ValueError, match="already has its reward"):
+                s.record_reward(1.0)
+            return sessions, s, r1, r2, sessions.end_episode("ep"), eng.snapshot()
 
-    s, r1, r2, ended, snap = run(main())
+    sessions, s, r1, r2, ended, snap = run(main())
     assert ended is s
-    assert s.roles == ["template"] * 4 + ["env_output"] * 3 + ["action"] * 3 + ["env_output"] * 2 + ["action"] * 2
+    assert role_names(s.roles) == (["template"] * 4 + ["env_output"] * 3 + ["action"] * 3 + ["env_output"] * 2
+                                       + ["action"] * 2)
     assert s.token_ids[7:10] == r1.token_ids and s.token_ids[12:] == r2.token_ids
-    assert s.behavior_logprobs[7:10] == r1.logprobs and s.behavior_logprobs[:7] == [None] * 7
+    assert s.logprobs[7:10] == r1.logprobs and s.logprobs[:7] == [0.0] * 7
+    assert s.token_versions[7:10] == [0] * 3 and s.token_versions[:7] == [None] * 7
     assert r2.cached_length == 9  # everything up to the last action token of turn 1
+    traj = s.trajectory()
+    assert traj.token_ids == s.token_ids and traj.prompt_length == 7 and traj.rewards == [0.0, 1.0]
+    assert traj.env_output_count == 2 and traj.num_turns == 2
     b1 = 7 * 8 / 2  # turn 1: nothing cached
     b2 = 12 * 13 / 2 - 9 * 10 / 2
-    assert snap["bw_eta_bw"] == pytest.approx(1.0 / (b1 + b2))
+    assert sessions.bandwidth.snapshot()["eta_bw"] == pytest.approx(1.0 / (b1 + b2))
+    assert not any(k.startswith("bw_") for k in snap)  # the engine holds no RL accounting
+    with pytest.raises(KeyError, match="no open session"):
+        sessions.end_episode("ep")
+
+
+def test_call_runs_between_steps_and_weights_sync_attached_modules_under_one_version():
+    model = tiny_model("llama-gqa")
+    ps = prompts(4, 5, 12, seed=21)
+    want = [hf_greedy(model, p, 8) for p in ps]
+    planner = torch.nn.Linear(3, 3)
+    new_state = {k: v + 1.0 for k, v in planner.state_dict().items()}
+    seen, engines = [], []
+
+    def probe(tag):  # runs on the engine's thread with the step lock held: no step is in flight
+        eng = engines[0]
+        assert eng._state_lock.locked() and threading.current_thread().name.startswith("echo-engine")
+        seen.append((tag, eng.policy_version, float(planner.bias[0].detach())))
+        return tag
+
+    async def main():
+        async with AsyncExecutionEngine(ExecutionConfig(max_batch_tokens=16), model) as e:
+            engines.append(e)
+            assert e.attach("planner", planner) is planner
+            with pytest.raises(ValueError, match="already attached"):
+                e.attach("planner", planner)
+            gens = [asyncio.ensure_future(e.generate(p, max_new_tokens=8, stop_token_ids=())) for p in ps]
+            calls = [await e.call(probe, i) for i in range(3)]
+            got = await asyncio.gather(*gens)
+            with pytest.raises(ValueError, match=r"\['value_head'\] are not attached"):
+                await e.update_weights(None, modules={"value_head": {}})
+            assert e.policy_version == 0
+            version = await e.update_weights(None, version=3, modules={"planner": new_state})
+            await e.call(probe, "after")
+            return calls, got, version
+
+    calls, got, version = run(main())
+    assert calls == [0, 1, 2] and [r.token_ids for r in got] == want  # greedy outputs unchanged
+    assert version == 3 and seen[-1] == ("after", 3, pytest.approx(float(new_state["bias"][0])))
 
 
 def test_bandwidth_admission_prefers_the_cached_request():

@@ -9,7 +9,7 @@ import torch
 
 import echo_rl.engine.engine as engine_mod
 from echo_rl.core.async_execution import AsyncExecutionEngine, ExecutionConfig
-from echo_rl.engine.engine import RequestFailedError
+from echo_rl.engine.request import RequestFailedError
 from .helpers import run, tiny_model
 
 N_NEW = 10

@@ -1,4 +1,4 @@
-"""The vLLM backend's own logic (admission, sessions, accounting) with a stand-in client.
+"""The vLLM backend's own logic (admission, accounting; training's sessions on it) with a stand-in client.
 
 vLLM itself needs a GPU and is not installed here; the stand-in answers the
 calls the backend makes (``generate`` / ``abort`` / ``reset_prefix_cache``) the way
@@ -12,9 +12,11 @@ from types import SimpleNamespace
 import pytest
 
 from echo_rl.config import ExecutionConfig
-from echo_rl.engine.engine import ContextLengthError
+from echo_rl.engine.request import ContextLengthError
 from echo_rl.engine.vllm_backend import VLLMExecutionEngine
 from echo_rl.kernels.sequence import prefix_match
+from echo_rl.training.lm.session import EpisodeSessions
+from echo_rl.types import ACTION
 
 
 class FakeLLM:
@@ -50,14 +52,15 @@ def test_sessions_and_reuse_accounting():
 
     async def main():
         async with engine(llm) as eng:
-            eng.episode("e", [1, 2, 3])
-            r1 = await eng.submit_rollout("e", [4, 5], max_new_tokens=3)
-            r2 = await eng.submit_rollout("e", [6], max_new_tokens=3)
-            return eng, r1, r2
+            sessions = EpisodeSessions(eng)
+            sessions.episode("e", [1, 2, 3])
+            r1 = await sessions.submit_rollout("e", [4, 5], max_new_tokens=3)
+            r2 = await sessions.submit_rollout("e", [6], max_new_tokens=3)
+            return eng, sessions, r1, r2
 
-    eng, r1, r2 = asyncio.run(main())
+    eng, sessions, r1, r2 = asyncio.run(main())
     assert r1.cached_length == 0 and r2.cached_length == 8
-    assert eng.episode("e").roles[-3:] == ["action"] * 3
+    assert sessions.episode("e").roles[-3:] == [ACTION] * 3
     snap = eng.snapshot()
     assert snap["kv_reuse_rate"] == pytest.approx(8 / (5 + 9))
     assert snap["running"] == 0

@@ -58,7 +58,7 @@ def test_only_adapters_train_and_a_checkpoint_resumes(checkpoint, tmp_path):
     assert opt_params == len(adapters)  # AdamW holds the adapters only
     # the engine ran the merged weights of the latest policy
     merged = merged_state_dict(trainer.agent.model)
-    for key, value in trainer.agent.engine_model.state_dict().items():
+    for key, value in trainer.agent.generator.engine_model.state_dict().items():
         torch.testing.assert_close(value, merged[key])
     more = _cfg(checkpoint, total_timesteps=100, **{**LORA, "lm_config.max_updates": 2})
     again = EchoRLTrainer(more, run, resume=True, show_progress=False)

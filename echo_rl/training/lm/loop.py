@@ -4,12 +4,18 @@
 ``evaluate``, ``state_dict``...), so text tasks share the trainer's one loop:
 run directory, evaluation schedule, checkpoints, resume, progress, metrics.
 
-One iteration = one learner update: rounds of ``num_actors`` concurrent
-episodes through the engine (``num_actors / group_size`` task seeds ×
-``group_size`` episodes each, so the engine batches them and siblings share
-the prompt's KV) until ``batch_size`` environment steps (turns) are collected;
-then one ECHO/GRPO step; then the new weights reach the engine under a new
-policy version (no stale KV is reused). Before the first update: an optional
+One iteration = one learner update, across a narrow generator ↔ trainer
+boundary: the :class:`~echo_rl.training.lm.generator.LMGenerator` runs rounds
+of ``num_actors`` concurrent episodes through the engine (``num_actors /
+group_size`` task seeds × ``group_size`` episodes each, so the engine batches
+them and siblings share the prompt's KV) until ``batch_size`` environment
+steps (turns) are collected, as ``TokenTrajectory`` batches; the trainer step
+here runs one ECHO/GRPO update (and replay steps); then one versioned
+:class:`~echo_rl.training.lm.generator.WeightUpdate` (policy and latent planner
+together) reaches the engine under a new policy version (no stale KV is
+reused). The agent owns the run's η_bw tracker: the generator records every
+turn from the engine's ``prompt_length`` / ``cached_length``, the trainer
+every learner step's |ℓ_PG|. Before the first update: an optional
 SFT warm start on expert episodes. Evaluation: greedy success on held-out
 games (ALFWorld's ``valid_unseen``; seeds disjoint from training elsewhere)
 and the env-output CE on a fixed pool of held-out expert episodes (the
@@ -45,14 +51,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
+from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.chat_delta import ChatRenderer
+from echo_rl.training.lm.generator import LMGenerator, WeightUpdate
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
 from echo_rl.training.lm.objectives import get_objective
-from echo_rl.training.lm.plan import EpisodePlan, LMPlanner
+from echo_rl.training.lm.plan import LMPlanner
 from echo_rl.training.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
-from echo_rl.training.lm.rollout import (DEFAULT_SYSTEM, INSTRUCT_SYSTEM, CandidateScorer, LMRolloutWorker,
-                                         RolloutConfig)
+from echo_rl.training.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig
 from echo_rl.training.lm.sft import expert_trajectory
 from echo_rl.training.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
 from echo_rl.training.protocol import AgentBase
@@ -136,7 +143,10 @@ class LMAgent(AgentBase):
         self.timings: dict[str, float] = {}
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
-        self.engine = None
+        # η_bw of the run, at the engine's bandwidth scale: the generator's turns, the trainer's updates
+        self.bandwidth = BandwidthEfficiencyTracker(BandwidthConfig(scale=config.execution_config.bandwidth_scale))
+        self.generator = LMGenerator(config.execution_config, self.renderer, self.rollout_config,
+                                     lm.eval_temperature, lambda held_out: self.env(held_out), self.bandwidth)
 
     @property
     def finished(self) -> bool:
@@ -161,10 +171,13 @@ class LMAgent(AgentBase):
     def env(self, held_out: bool) -> Any:
         return self._make_env(self.config.env_name, **env_kwargs(self.config, held_out))
 
-    async def start(self) -> None:
-        """Warm start (fresh runs), then the engine on a copy of the current weights."""
-        from echo_rl.engine.engine import AsyncExecutionEngine
+    @property
+    def engine(self) -> Any:
+        """The generator's engine (None while it is not running)."""
+        return self.generator.engine
 
+    async def start(self) -> None:
+        """Warm start (fresh runs), then the generator's engine on a copy of the current weights."""
         if not self.sft_done:
             self._pending = {f"sft/{k}": v for k, v in self._sft().items()}
             self.sft_done = True
@@ -172,67 +185,40 @@ class LMAgent(AgentBase):
             self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
             if self.learner.ref_model is not None:  # the KL reference is where RL starts: the SFT policy
                 self.learner.ref_model.load_state_dict(self.model.state_dict())
-        self.engine_model = self.learner.engine_copy().eval()
-        self.engine_planner = copy.deepcopy(self.planner).eval() if self.planner is not None else None
-        self.engine = await AsyncExecutionEngine(self.config.execution_config, self.engine_model).start()
-        if self.learner.version:
-            await self.engine.update_weights(None, version=self.learner.version)
-        scorer = CandidateScorer(self.engine_model, lambda: self.engine.policy_version)
-        plan = None
-        if self.engine_planner is not None:
-            embed = self.engine_model.get_input_embeddings()
-            plan = lambda rng: EpisodePlan(self.engine_planner, embed, rng)  # noqa: E731
-        self.worker = LMRolloutWorker(self.engine, self.renderer, self.rollout_config, scorer=scorer, plan=plan)
-        ev = RolloutConfig(**{**self.rollout_config.__dict__, "temperature": self.config.lm_config.eval_temperature})
-        self.eval_worker = LMRolloutWorker(self.engine, self.renderer, ev, scorer=scorer, plan=plan)
+        planner = copy.deepcopy(self.planner) if self.planner is not None else None
+        await self.generator.start(self.learner.engine_copy(), planner, self.learner.version)
 
     def close(self) -> Any:
         """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop)."""
-        return None if self.engine is None else self._stop_engine()
+        return self.generator.stop() if self.generator.running else None
 
-    async def _stop_engine(self) -> None:
-        await self.engine.stop()
-        self.engine = None
+    def weight_update(self) -> WeightUpdate:
+        """The trainer's side of the weight sync: the engine copy's weights and the planner's, one version."""
+        return WeightUpdate(self.learner.version, self.learner.state_dict_for_engine(),
+                            self.planner.state_dict() if self.planner is not None else None)
+
+    def _record_update(self, m: dict[str, float]) -> None:
+        """η_bw counts every learner step's weighted |ℓ_PG|."""
+        self.bandwidth.record_learner_update(
+            self.config.bandwidth_config.pg_loss_weight * abs(m.get("pg_loss", m["loss"])))
 
     # -- acting and learning ----------------------------------------------------------
     async def train_iteration(self) -> dict[str, float]:
         cfg, lm = self.config, self.config.lm_config
         t0 = time.perf_counter()
         rng = np.random.default_rng(self.next_seed)
-        trajs, failed, steps, rnd = [], [], 0, 0
-        groups = cfg.num_actors // lm.group_size
-        budget = cfg.total_timesteps - self.env_steps  # env steps (turns) the run has left: never run past it
-        while (steps < cfg.batch_size and steps < budget) or not trajs:
-            if rnd >= 100 and not trajs:
-                raise RuntimeError(f"every rollout of update {self.updates + 1} failed; first error: {failed[0]!r}")
-            seeds = rng.integers(0, HELD_OUT_SEED_BASE, groups)
-            draws = rng.integers(0, 2**31, groups * lm.group_size)
-            base = rnd * groups
-            turns = max(1, -(-(budget - steps) // cfg.num_actors))  # the round's share of what is left
-            jobs = [self.worker.episode(self.env(held_out=False), seed=int(s), group_id=base + g,
-                                        episode_id=(base + g) * lm.group_size + k,
-                                        sample_seed=int(draws[g * lm.group_size + k]), max_turns=turns)
-                    for g, s in enumerate(seeds) for k in range(lm.group_size)]
-            results = await asyncio.gather(*jobs, return_exceptions=True)
-            fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
-            if fatal:
-                raise fatal[0]
-            # one failing episode (an env error, an admission timeout) drops out; it must not abort the step
-            failed += [r for r in results if isinstance(r, Exception)]
-            new = [r for r in results if not isinstance(r, Exception)]
-            trajs += new
-            steps += sum(t.num_turns for t in new)
-            rnd += 1
+        batch = await self.generator.rollouts(  # never past the env steps (turns) the run has left
+            rng, num_actors=cfg.num_actors, group_size=lm.group_size, batch_size=cfg.batch_size,
+            budget=cfg.total_timesteps - self.env_steps, update=self.updates + 1,
+            held_out_seed_base=HELD_OUT_SEED_BASE)
+        trajs, failed, steps = batch.trajectories, batch.failed, batch.steps
         env_returns = [t.total_reward for t in trajs]
         judged = await self._judge(trajs) if self.judge is not None else {}
         t1 = time.perf_counter()
         m = self.learner.update(trajs)
-        self.engine.bandwidth_tracker.record_learner_update(
-            self.config.bandwidth_config.pg_loss_weight * abs(m.get("pg_loss", m["loss"])))
+        self._record_update(m)
         replayed = self._replay_steps(trajs) if self.replay is not None else {}
-        await self.engine.update_weights(self.learner.state_dict_for_engine(), version=self.learner.version)
-        if self.engine_planner is not None:
-            self.engine_planner.load_state_dict(self.planner.state_dict())
+        await self.generator.sync(self.weight_update())
         self.env_steps += steps
         self.updates += 1
         self.next_seed = int(rng.integers(2**31))  # a resumed run draws exactly what this one would
@@ -247,8 +233,8 @@ class LMAgent(AgentBase):
         row.update(replayed)
         row.update(self._pending)
         self._pending = {}
-        snap = self.engine.snapshot()
-        row.update({"engine/kv_reuse_rate": snap["kv_reuse_rate"], "engine/eta_bw": snap["bw_eta_bw"],
+        snap = self.generator.snapshot()
+        row.update({"engine/kv_reuse_rate": snap["kv_reuse_rate"], "engine/eta_bw": self.bandwidth.eta_bw(),
                     "engine/policy_version": snap["policy_version"]})
         self.timings = {"time/rollout_s": t1 - t0, "time/update_s": time.perf_counter() - t1,
                         "time/etps": snap["etps"], "time/engine_computed_tokens_per_s": snap["computed_tokens_per_s"]}
@@ -298,8 +284,7 @@ class LMAgent(AgentBase):
                 continue
             m = self.learner.update(got, advantages=advs, weights=weights)
             self.replay.update_priorities(idx, self._priorities())
-            self.engine.bandwidth_tracker.record_learner_update(  # η_bw counts every learner step's |ℓ_PG|
-                self.config.bandwidth_config.pg_loss_weight * abs(m.get("pg_loss", m["loss"])))
+            self._record_update(m)
             steps, trained = steps + 1, trained + len(got)
             for k in ("loss", "pg_loss", "env_ce", "clip_fraction", "ratio_mean", "staleness_max"):
                 if k in m:
@@ -348,7 +333,7 @@ class LMAgent(AgentBase):
     async def evaluate(self, episodes: int) -> dict[str, float]:
         """Success on held-out games (greedy, or sampled at ``eval_temperature`` with fixed seeds) + env-output
         CE on the held-out expert pool."""
-        own = self.engine is None
+        own = not self.generator.running
         if own:  # called outside training (echo-rl eval): a short-lived engine
             sft_done, self.sft_done = self.sft_done, True
             await self.start()
@@ -356,17 +341,11 @@ class LMAgent(AgentBase):
         try:
             # at most EVAL_CONCURRENCY episodes in flight: each holds its whole context's KV in the engine, and
             # 100 concurrent multi-thousand-token episodes of a real model are GBs (what sets the peak RSS)
-            slots = asyncio.Semaphore(max(self.config.num_actors, EVAL_CONCURRENCY))
-
-            async def one(i: int) -> Any:
-                async with slots:
-                    return await self.eval_worker.episode(self.env(held_out=True), seed=HELD_OUT_SEED_BASE + i,
-                                                          episode_id=i)
-
-            results = await asyncio.gather(*[one(i) for i in range(episodes)], return_exceptions=True)
+            results = await self.generator.evaluation_episodes(
+                [HELD_OUT_SEED_BASE + i for i in range(episodes)], max(self.config.num_actors, EVAL_CONCURRENCY))
         finally:
             if own:
-                await self._stop_engine()
+                await self.generator.stop()
         fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
         if fatal:
             raise fatal[0]

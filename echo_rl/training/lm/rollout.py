@@ -9,11 +9,17 @@ by sampling from the softmax over those scores; its tokens and per-token
 log-probs join the trajectory like sampled ones. Each turn's context is the
 builder's token stream, which only grows, so the engine's radix cache serves
 all earlier turns.
+
+The worker is the generator side of the generator ↔ trainer boundary: it
+only talks to the engine (``generate``; scoring and the latent plan's soft
+prefix run on the engine's thread through ``engine.call``, so they never race
+a decode step or a weight update) and hands back trajectories. Each generated
+turn's reward and the engine's ``prompt_length`` / ``cached_length`` go to the
+η_bw tracker (``bandwidth``), whose episode every end closes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -22,6 +28,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from echo_rl.config import BandwidthConfig
+from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.training.lm.trajectory import TrajectoryBuilder
 from echo_rl.types import TokenTrajectory
@@ -64,7 +72,11 @@ def first_line_action(text: str) -> str:
 
 
 class CandidateScorer:
-    """Per-token log-probs (temperature 1) of candidate continuations, teacher-forced on a causal LM."""
+    """Per-token log-probs (temperature 1) of candidate continuations, teacher-forced on a causal LM.
+
+    The worker runs it through ``engine.call`` (the engine's thread, between steps): on the engine's
+    own model it then never reads weights a decode step or a weight update is using.
+    """
 
     def __init__(self, model: Any, version: Callable[[], int] = lambda: 0) -> None:
         self.model, self.version = model, version
@@ -111,10 +123,14 @@ class LMRolloutWorker:
 
     def __init__(self, engine: Any, renderer: ChatRenderer, config: RolloutConfig | None = None, *,
                  scorer: CandidateScorer | None = None, parse: Callable[[str], str] = first_line_action,
-                 plan: Callable[[np.random.Generator], Any] | None = None) -> None:
+                 plan: Callable[[np.random.Generator], Any] | None = None,
+                 tracker: BandwidthEfficiencyTracker | None = None) -> None:
         """``plan``: a factory of per-episode :class:`~echo_rl.training.lm.plan.EpisodePlan` (latent plan as a
-        soft prefix before each action), or None for no plan."""
+        soft prefix before each action), or None for no plan. ``tracker``: the trainer's η_bw tracker (default:
+        one of the worker's own, at the engine's bandwidth scale)."""
         self.engine, self.renderer = engine, renderer
+        scale = getattr(getattr(engine, "config", None), "bandwidth_scale", 1.0)
+        self.bandwidth = tracker if tracker is not None else BandwidthEfficiencyTracker(BandwidthConfig(scale=scale))
         self.plan = plan
         self.config = config or RolloutConfig()
         if self.config.action_mode == "choose" and scorer is None:
@@ -155,7 +171,7 @@ class LMRolloutWorker:
             if n_ctx + p_rows + cfg.max_new_tokens > limit:
                 truncated = True  # the context is full: the episode ends here, as a time limit would
                 break
-            prefix = None if ep_plan is None else ep_plan.next_prefix(b.token_ids)
+            prefix = None if ep_plan is None else await self.engine.call(ep_plan.next_prefix, b.token_ids)
             if cfg.action_mode == "generate":
                 res = await self.engine.generate(
                     b.token_ids, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
@@ -165,8 +181,8 @@ class LMRolloutWorker:
                 text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
                 action = self.parse(text)
             else:
-                action, ids, lps = await asyncio.to_thread(self._choose, b.token_ids,
-                                                           info.get("admissible_actions"), rng, prefix)
+                action, ids, lps = await self.engine.call(self._choose, b.token_ids, info.get("admissible_actions"),
+                                                          rng, prefix)
                 text = action
             t_gen += time.perf_counter() - t0
             b.add_action(ids, lps, text=text)
@@ -177,7 +193,7 @@ class LMRolloutWorker:
             t_env += time.perf_counter() - t0
             won = bool(info.get("won", False))
             if cfg.action_mode == "generate":  # feeds eta_bw: the turn's reward against its uncached prefill
-                self.engine.bandwidth_tracker.record_rollout_step(reward, res.prompt_length, res.cached_length)
+                self.bandwidth.record_rollout_step(reward, res.prompt_length, res.cached_length)
             b.add_observation(info["segments"], reward)
             if terminated or trunc:
                 truncated = bool(trunc)
@@ -185,7 +201,7 @@ class LMRolloutWorker:
         else:
             truncated = True
         if cfg.action_mode == "generate":  # every end (done, turn cap, full context) closes eta_bw's episode
-            self.engine.bandwidth_tracker.end_episode()
+            self.bandwidth.end_episode()
         extra = {} if ep_plan is None else {"plan_eps": ep_plan.eps}
         traj = b.finish(won=won, truncated=truncated, actions=list(b.turn_texts),
                         truncated_observations=b.truncated_observations, history=list(b.history),

@@ -1,9 +1,12 @@
-"""Build a :class:`~echo_rl.types.TokenTrajectory` turn by turn, append-only.
+"""Build a :class:`~echo_rl.types.TokenTrajectory` turn by turn, append-only: the one trajectory accumulator.
 
-The builder owns the token stream the policy continues: ``token_ids`` is
+:class:`TokenStream` is the token stream the policy continues: ``token_ids`` is
 always exactly the context of the next generation. Actions are appended as
-sampled (ids and log-probs from the engine, never decoded and re-encoded);
-the decoded text is kept only as chat history for rendering later deltas.
+sampled (ids and log-probs from the engine, never decoded and re-encoded).
+:class:`TrajectoryBuilder` (chat episodes of the LM generator) renders
+observations through the chat template and keeps the decoded text only as
+chat history for later deltas; :class:`~echo_rl.training.lm.session.EpisodeSession`
+(raw token turns) appends ids as given. Both end in the same ``TokenTrajectory``.
 """
 
 from __future__ import annotations
@@ -12,10 +15,59 @@ import math
 from typing import Any, Sequence
 
 from echo_rl.training.lm.chat_delta import ChatRenderer, Message
-from echo_rl.types import ACTION, TEMPLATE, WARNING, TokenTrajectory
+from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, WARNING, TokenTrajectory
 
 
-class TrajectoryBuilder:
+class TokenStream:
+    """Token ids with one role code per token, the behaviour log-prob of each action token (0 elsewhere)
+    and the policy version that sampled it (None elsewhere), plus one reward per action turn."""
+
+    def __init__(self, *, group_id: int = 0, episode_id: int = 0, policy_version: int = 0) -> None:
+        self.token_ids: list[int] = []
+        self.roles: list[int] = []
+        self.logprobs: list[float] = []
+        self.token_versions: list[int | None] = []
+        self.rewards: list[float] = []
+        self.group_id, self.episode_id, self.policy_version = group_id, episode_id, policy_version
+
+    def extend_context(self, token_ids: Sequence[int], roles: Sequence[int]) -> None:
+        """Tokens the policy reads and did not sample (template, observation, warning)."""
+        ids = [int(t) for t in token_ids]
+        if len(ids) != len(roles) or ACTION in roles:
+            raise ValueError(f"{len(ids)} context tokens need as many non-action roles, got {list(roles)[:8]}...")
+        self.token_ids += ids
+        self.roles += list(roles)
+        self.logprobs += [0.0] * len(ids)
+        self.token_versions += [None] * len(ids)
+
+    def extend_action(self, token_ids: Sequence[int], logprobs: Sequence[float],
+                      versions: Sequence[int] | None = None) -> None:
+        """Tokens as the policy sampled them, with their log-probs (and the weights version of each)."""
+        ids = [int(i) for i in token_ids]
+        lps = [float(x) for x in logprobs]
+        if not ids or len(ids) != len(lps):
+            raise ValueError(f"sampled_ids ({len(ids)}) and logprobs ({len(lps)}) must be non-empty and equal length")
+        if not all(math.isfinite(x) and x <= 1e-6 for x in lps):
+            raise ValueError("logprobs must be finite log-probabilities (<= 0)")
+        if versions is not None and len(versions) != len(ids):
+            raise ValueError(f"versions ({len(versions)}) must have one entry per sampled token ({len(ids)})")
+        self.token_ids += ids
+        self.roles += [ACTION] * len(ids)
+        self.logprobs += lps
+        self.token_versions += [None] * len(ids) if versions is None else [int(v) for v in versions]
+
+    def to_trajectory(self, prompt_length: int, *, end: int | None = None, **info: Any) -> TokenTrajectory:
+        """The stream (up to ``end``) as a trajectory: ``token_ids[:prompt_length]`` is its prompt and
+        |O| counts the observation-body tokens after it."""
+        end = len(self.token_ids) if end is None else end
+        roles = self.roles[:end]
+        body = sum(1 for r in roles[prompt_length:] if r in (ENV_OUTPUT, WARNING))
+        return TokenTrajectory(list(self.token_ids[:end]), list(roles), list(self.logprobs[:end]),
+                               list(self.rewards), prompt_length, body, group_id=self.group_id,
+                               episode_id=self.episode_id, policy_version=self.policy_version, info=dict(info))
+
+
+class TrajectoryBuilder(TokenStream):
     """One episode: ``start`` → (``add_action`` → ``add_observation``)* → ``finish``.
 
     ``observation_role`` is the chat role observations are sent as (``user``,
@@ -27,6 +79,7 @@ class TrajectoryBuilder:
                  policy_version: int = 0, max_observation_tokens: int | None = None) -> None:
         if max_observation_tokens is not None and max_observation_tokens < 1:
             raise ValueError(f"max_observation_tokens={max_observation_tokens} is invalid: must be None or >= 1")
+        super().__init__(group_id=group_id, episode_id=episode_id, policy_version=policy_version)
         self.renderer = renderer
         self.max_observation_tokens = max_observation_tokens
         self.truncated_observations = 0
@@ -34,14 +87,10 @@ class TrajectoryBuilder:
         self.history: list[Message] = [{"role": "system", "content": system}] if system is not None else []
         delta = renderer.message_delta(self.history, observation_role, first_observation, add_generation_prompt=True)
         prefix = renderer.encode(renderer.render(self.history, add_generation_prompt=False))
-        self.token_ids: list[int] = prefix + delta.token_ids
-        self.roles: list[int] = [TEMPLATE] * len(prefix) + delta.roles
-        self.logprobs: list[float] = [0.0] * len(self.token_ids)
+        self.extend_context(prefix + delta.token_ids, [TEMPLATE] * len(prefix) + delta.roles)
         self.history.append({"role": observation_role, "content": _text(first_observation)})
         self.prompt_length = len(self.token_ids)
-        self.rewards: list[float] = []
         self.env_output_count = 0
-        self.group_id, self.episode_id, self.policy_version = group_id, episode_id, policy_version
         self._awaiting = "action"
         self.turn_texts: list[str] = []
 
@@ -54,19 +103,13 @@ class TrajectoryBuilder:
         if self._awaiting != "action":
             raise RuntimeError("add_action() called twice without add_observation() in between")
         ids = [int(i) for i in sampled_ids]
-        lps = [float(x) for x in logprobs]
-        if not ids or len(ids) != len(lps):
-            raise ValueError(f"sampled_ids ({len(ids)}) and logprobs ({len(lps)}) must be non-empty and equal length")
-        if not all(math.isfinite(x) and x <= 1e-6 for x in lps):
-            raise ValueError("logprobs must be finite log-probabilities (<= 0)")
+        self.extend_action(ids, logprobs)
         end = self.renderer.turn_end(self.history)
         if end and ids[-1] == end[0]:
             end = end[1:]
         if text is None:
             text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
-        self.token_ids += ids + end
-        self.roles += [ACTION] * len(ids) + [TEMPLATE] * len(end)
-        self.logprobs += lps + [0.0] * len(end)
+        self.extend_context(end, [TEMPLATE] * len(end))
         self.history.append({"role": "assistant", "content": text})
         self.turn_texts.append(text)
         self._awaiting = "reward"
@@ -82,9 +125,7 @@ class TrajectoryBuilder:
             delta = self.renderer.message_delta(self.history, self.observation_role, segments,
                                                 add_generation_prompt=True)
             self.truncated_observations += 1
-        self.token_ids += delta.token_ids
-        self.roles += delta.roles
-        self.logprobs += [0.0] * len(delta.token_ids)
+        self.extend_context(delta.token_ids, delta.roles)
         self.env_output_count += delta.body_count
         self.history.append({"role": self.observation_role, "content": _text(segments)})
         self._awaiting = "action"
@@ -108,15 +149,13 @@ class TrajectoryBuilder:
             self.add_reward(reward)
         elif reward is not None:
             raise ValueError("finish(reward=...) given but the last action already has a reward")
-        ids, roles, lps = self.token_ids, self.roles, self.logprobs
+        ids, roles, end = self.token_ids, self.roles, len(self.token_ids)
         if self._awaiting == "action" and self.rewards:  # drop the unused generation prompt
             gen = self.renderer.generation_prompt(self.history)
             n = len(gen)
             if n and ids[-n:] == gen and all(r == TEMPLATE for r in roles[-n:]):
-                ids, roles, lps = ids[:-n], roles[:-n], lps[:-n]
-        return TokenTrajectory(list(ids), list(roles), list(lps), list(self.rewards), self.prompt_length,
-                               self.env_output_count, group_id=self.group_id, episode_id=self.episode_id,
-                               policy_version=self.policy_version, info=dict(info))
+                end -= n
+        return self.to_trajectory(self.prompt_length, end=end, **info)
 
 
 def _shrink(segments: list[tuple[str, str]], keep: float) -> list[tuple[str, str]]:

@@ -1,0 +1,70 @@
+"""The engine's one bound on KV memory: the radix cache's pool plus every running sequence's working buffer.
+
+``ExecutionConfig.kv_memory_budget_mb`` bounds all KV the engine allocates.
+The cache yields to working KV (it evicts LRU entries and shrinks its pool);
+a request whose working buffer finds no room first gives up its cached prefix
+(recomputing it needs no pinned rows), then waits for running sequences to
+finish; one that cannot fit even alone is refused with an error naming the
+budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from echo_rl.engine.radix_cache import KVCacheManager, PrefixMatch
+
+
+class KVBudget:
+    """Owns the radix cache and sizes it by what the budget leaves after working KV."""
+
+    def __init__(self, runner: Any, budget_mb: float, max_cache_tokens: int, device: torch.device) -> None:
+        self.bytes_per_token = 2 * len(runner.layers) * runner.num_kv_heads * runner.head_dim \
+            * torch.tensor([], dtype=runner.dtype).element_size()
+        self.budget_bytes = int(budget_mb * 2**20)
+        self.cache = KVCacheManager(len(runner.layers), runner.num_kv_heads, runner.head_dim,
+                                    min(max_cache_tokens, self.budget_bytes // self.bytes_per_token), runner.dtype,
+                                    device)
+
+    @staticmethod
+    def working_bytes(running: Sequence[Any]) -> int:
+        return sum(s.kv.nbytes for s in running)
+
+    def held_bytes(self, running: Sequence[Any]) -> int:
+        """All KV held now: the cache pool's allocation plus the working buffers."""
+        return self.working_bytes(running) + self.cache.pool.capacity_bytes
+
+    def fit_cache(self, running: Sequence[Any], extra: int = 0) -> bool:
+        """Bound the cache by what the budget leaves after working KV (+ ``extra`` bytes about to be taken)."""
+        room = self.budget_bytes - self.working_bytes(running) - extra
+        return room >= 0 and self.cache.set_limit(room // self.bytes_per_token)
+
+    def reserve(self, prompt: list[int], limit: int, need_bytes: int, running: Sequence[Any]) -> PrefixMatch | None:
+        """Pin the prompt's cached prefix (up to ``limit`` tokens) and make room for ``need_bytes`` of working KV.
+
+        The cache shrinks (LRU eviction) to make room. If pinned entries leave too little, the request
+        retries without its cached prefix. None: no room now (the pins are released)."""
+        match = self.cache.match_and_pin(prompt, limit)
+        if self.fit_cache(running, need_bytes):
+            match.slots = self.cache.current_slots(match)  # shrinking the pool may have moved them
+            return match
+        self.cache.release(match)
+        match = self.cache.match_and_pin(prompt, 0)  # recompute the prefix rather than wait
+        if self.fit_cache(running, need_bytes):
+            return match
+        self.cache.release(match)
+        self.fit_cache(running)
+        return None
+
+    def snapshot(self, running: Sequence[Any]) -> dict[str, float]:
+        working, pool = self.working_bytes(running), self.cache.pool.capacity_bytes
+        return {"cache_tokens": float(self.cache.cached_tokens),
+                "cache_memory_mb": self.cache.memory_bytes / 2**20,
+                "cache_allocated_mb": pool / 2**20,
+                "kv_working_mb": working / 2**20,
+                "kv_memory_mb": (working + pool) / 2**20,
+                "kv_budget_mb": self.budget_bytes / 2**20,
+                "cache_evicted_tokens": float(self.cache.evicted_tokens),
+                "cache_pinned_tokens": float(self.cache.pinned_tokens())}
