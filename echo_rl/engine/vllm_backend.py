@@ -180,14 +180,20 @@ class VLLMExecutionEngine(EngineFrontend):
                                 cached_length=cached, queue_time=queue_time, latency=time.perf_counter() - arrival,
                                 policy_versions=[version] * len(tokens))
 
-    async def update_weights(self, state_dict: dict | None = None, version: int | None = None) -> int:
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in a worker thread: vLLM's weights live in its own workers, so work that
+        reads a local model (candidate scoring) races nothing here."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def update_weights(self, state_dict: dict | None = None, version: int | None = None, *,
+                             modules: dict[str, dict] | None = None) -> int:
         """Bump the policy version and reset vLLM's prefix cache (stale KV is never served).
 
         Loading weights into vLLM depends on its version and parallel layout
         (e.g. ``collective_rpc`` to each worker's ``model.load_weights``); do that
         first, then call this with ``state_dict=None``.
         """
-        if state_dict is not None:
+        if state_dict is not None or modules:
             raise NotImplementedError("the vLLM backend does not load state_dicts itself: sync weights with your "
                                       "vLLM version's weight-update path, then call update_weights(version=...)")
         new_version = self.policy_version + 1 if version is None else int(version)

@@ -128,6 +128,9 @@ def test_errors_and_version_reset():
                 await eng.generate([1], plan_embeddings=[[0.0]])
             with pytest.raises(NotImplementedError, match="state_dict"):
                 await eng.update_weights({"w": 1})
+            with pytest.raises(NotImplementedError, match="state_dict"):
+                await eng.update_weights(None, modules={"planner": {}})
+            assert await eng.call(lambda a, b=0: a + b, 2, b=3) == 5  # the engine API the LM rollouts use
             await eng.generate([1, 2, 3], max_new_tokens=2)
             v = await eng.update_weights()
             r = await eng.generate([1, 2, 3], max_new_tokens=2)
