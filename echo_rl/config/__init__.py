@@ -13,6 +13,7 @@ policy's part names) and ``training`` (:class:`TrainingConfig`). Import from
 from echo_rl.config.base import ConfigBase, ConfigError, _coerce, _type_ok, parse_override, spec
 from echo_rl.config.components import (
     BandwidthConfig,
+    DQNConfig,
     EchoAgentConfig,
     ExecutionConfig,
     LMConfig,
@@ -31,7 +32,8 @@ from echo_rl.config.names import (
 from echo_rl.config.training import TrainingConfig
 
 __all__ = [
-    "AUGMENTATION_NAMES", "BandwidthConfig", "ConfigBase", "ConfigError", "ENCODER_NAMES", "EchoAgentConfig",
+    "AUGMENTATION_NAMES", "BandwidthConfig", "ConfigBase", "ConfigError", "DQNConfig", "ENCODER_NAMES",
+    "EchoAgentConfig",
     "ExecutionConfig", "LMConfig", "NAME_RULES", "PPOConfig", "PlanningConfig", "ReplayConfig", "TrainingConfig",
     "name_rule", "parse_override", "register_name_rule", "spec",
 ]

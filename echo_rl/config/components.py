@@ -78,6 +78,45 @@ class ReplayConfig(ConfigBase):
     priority_epsilon: float = spec(1e-6, help="added to priorities before ^alpha (proportional mode)", min=0)
     importance_sampling_beta: float = spec(0.4, help="importance-weight exponent beta", min=0, max=1)
     hot_sample_ratio: float = spec(0.7, help="share of each batch drawn from the hot buffer", min=0, max=1)
+    sampler: str = spec("prioritized", help="which stored samples a draw returns (the dqn agent's replay service): "
+                                            "prioritized (PER), uniform or fifo",
+                        choices=("prioritized", "uniform", "fifo"))
+    samples_per_insert: float | None = spec(None, help="rate limiter of the dqn agent's replay service: sampled items "
+                                                       "per inserted one, kept within rate_error_buffer (None: no "
+                                                       "limiter; the learner follows train_frequency)", gt=0)
+    rate_error_buffer: float = spec(1024.0, help="half-width of the samples-per-insert band (Reverb's error_buffer)",
+                                    gt=0)
+
+
+@dataclass
+class DQNConfig(ConfigBase):
+    """The dqn agent's learner (``echo_rl.training.dqn_agent``), CleanRL's dqn.py knobs.
+
+    ``TrainingConfig.learning_starts`` and the replay's ``min_experiences`` gate the first update;
+    ``TrainingConfig.train_frequency`` / ``batch_size`` only set how many env steps one trainer iteration
+    (one metrics row) spans.
+    """
+
+    learning_rate: float = spec(1e-3, help="Adam learning rate", gt=0)
+    gamma: float = spec(0.99, help="discount", min=0, max=1)
+    minibatch_size: int = spec(64, help="transitions per gradient step (CleanRL's batch_size)", min=1)
+    train_frequency: int = spec(4, help="env steps (summed over actors) per gradient step", min=1)
+    target_network_frequency: int = spec(50, help="gradient steps between target-network updates (CleanRL: 500 env steps "
+                                                  "at train_frequency 10)", min=1)
+    tau: float = spec(1.0, help="target update rate: 1 copies the online network, < 1 is Polyak averaging",
+                      gt=0, max=1)
+    start_e: float = spec(1.0, help="epsilon of the epsilon-greedy actors at step 0", min=0, max=1)
+    end_e: float = spec(0.05, help="epsilon after the exploration phase", min=0, max=1)
+    exploration_fraction: float = spec(0.3, help="share of total_timesteps over which epsilon decays linearly",
+                                       gt=0, max=1)
+    loss: str = spec("huber", help="TD loss: huber (smooth L1) or mse", choices=("huber", "mse"))
+    double_q: bool = spec(True, help="Double DQN target: the online network picks the next action, the target "
+                                     "network values it")
+    max_grad_norm: float = spec(10.0, help="global gradient-norm clip", gt=0)
+    hidden_dim: int = spec(128, help="width of the Q head's two hidden layers", min=1)
+    eval_epsilon: float = spec(0.05, help="epsilon of the evaluation episodes (CleanRL evaluates at 0.05: a greedy "
+                                          "policy can bump into a wall forever where two Q values nearly tie)",
+                                min=0, max=1)
 
 
 @dataclass

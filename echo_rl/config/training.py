@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from echo_rl.config.base import ConfigBase, spec
 from echo_rl.config.components import (
     BandwidthConfig,
+    DQNConfig,
     EchoAgentConfig,
     ExecutionConfig,
     LMConfig,
@@ -94,6 +95,7 @@ class TrainingConfig(ConfigBase):
     bandwidth_config: BandwidthConfig = spec(default_factory=BandwidthConfig, help="bandwidth accounting")
     echo_config: EchoAgentConfig = spec(default_factory=EchoAgentConfig, help="EchoRL vector agent parts")
     lm_config: LMConfig = spec(default_factory=LMConfig, help="language-model agents on text tasks")
+    dqn_config: DQNConfig = spec(default_factory=DQNConfig, help="the dqn agent's learner (off-policy, replay service)")
 
     @property
     def text_task(self) -> bool:

@@ -20,6 +20,7 @@ AGENTS: dict[str, Any] = {
     "ppo": "echo_rl.training.ppo_agent:PPOAgent",
     "echo-rl": "echo_rl.training.echo:EchoAgent",
     "impala": "echo_rl.training.impala_agent:IMPALAAgent",
+    "dqn": "echo_rl.training.dqn_agent:DQNAgent",
 }
 TEXT_AGENT = "echo_rl.training.lm.loop:LMAgent"  # text tasks: one language-model agent for ppo (GRPO) and echo-rl
 RAY_BUILDER = "echo_rl.distributed.ray_backend:build_ray_agent"  # backend=ray: the vector agent on Ray workers
@@ -76,8 +77,8 @@ def build_agent(config: TrainingConfig, device: Any) -> Any:
 
     if config.text_task:
         agent = _load(TEXT_AGENT)(config, device)
-    elif config.backend == "ray":
-        agent = _load(RAY_BUILDER)(config, device)
+    elif config.backend == "ray":  # an agent class may name its own Ray builder (dqn: echo_rl.distributed.ray_offpolicy)
+        agent = _load(getattr(agent_class(config.agent), "ray_builder", RAY_BUILDER))(config, device)
     else:
         envs = _load(VECTOR_ENVS)(config.env_name, config.num_actors, asynchronous=config.vector_env == "async",
                                   **config.env_config)

@@ -22,7 +22,7 @@ def test_yaml_round_trip(tmp_path):
 @pytest.mark.parametrize("kwargs, needle", [
     ({"total_timesteps": -5}, "TrainingConfig.total_timesteps=-5 is invalid: must be >= 1"),
     ({"env_name": "nethack"}, "unknown task 'nethack'"),
-    ({"agent": "dqn"}, "unknown agent 'dqn'; allowed: "),
+    ({"agent": "sac"}, "unknown agent 'sac'; allowed: "),
     ({"batch_size": 100, "num_actors": 8}, "must be a multiple of num_actors=8"),
     ({"device": "tpu"}, "TrainingConfig.device='tpu' is invalid"),
     ({"num_actors": "eight"}, "expected int"),

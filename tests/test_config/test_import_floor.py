@@ -126,7 +126,7 @@ def test_a_registered_rule_is_what_validates(monkeypatch):
 @pytest.mark.parametrize("kwargs, needle", [
     ({"env_name": "nethack"}, "unknown task 'nethack'"),
     ({"env_name": "minigrid:MiniGrid-Nope-v0"}, "unknown MiniGrid env id 'MiniGrid-Nope-v0'"),
-    ({"agent": "dqn"}, "unknown agent 'dqn'; allowed: echo-rl, impala, ppo"),
+    ({"agent": "sac"}, "unknown agent 'sac'; allowed: dqn, echo-rl, impala, ppo"),
     ({"loggers": ["tensorbored"]}, "TrainingConfig.loggers has 'tensorbored': allowed: tensorboard"),
     ({"env_name": "alfworld", "backbone": "gpt-4o"}, "TrainingConfig.backbone='gpt-4o' is invalid: an API model"),
 ])

@@ -107,7 +107,7 @@ def test_killed_or_interrupted_run_resumes_to_the_same_result(tmp_path, how):
     (["train", "--task", "nethack"], "unknown task 'nethack'"),
     (["train", "--timesteps", "-10"], "TrainingConfig.total_timesteps=-10 is invalid: must be >= 1"),
     (["train", "--set", "ppo_config.lr=0.1"], "unknown field TrainingConfig.ppo_config.lr; allowed:"),
-    (["train", "--agent", "dqn"], "unknown agent 'dqn'; allowed:"),
+    (["train", "--agent", "sac"], "unknown agent 'sac'; allowed:"),
     (["train", "--resume"], "--resume needs --run-dir"),
     (["eval"], "give --run-dir"),
 ])
