@@ -84,8 +84,12 @@ def _load_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True  # first: the modules register through register_task while they import
-    for module in BUILTIN_TASK_MODULES:
-        importlib.import_module(module)
+    try:
+        for module in BUILTIN_TASK_MODULES:
+            importlib.import_module(module)
+    except BaseException:
+        _builtins_loaded = False  # the next lookup raises the same error instead of missing tasks
+        raise
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
