@@ -12,10 +12,8 @@ and reports the lag of the ones it learns from (``async/policy_lag_mean`` /
 Sources of unrolls (``take() -> Unroll``, ``publish(network, version)``,
 ``pause()`` / ``resume()``, ``close()``):
 
-- :class:`ThreadActor` — in-process: one background thread drives the agent's own
-  collector with an acting copy of the network; a queue of ``queue_size`` unrolls
-  lets it run that far ahead. Env stepping and torch ops overlap with the learner
-  where they release the GIL (``vector_env=async`` steps the envs in worker processes).
+- ``actor_process.ProcessActor`` — in-process backend: one spawned worker process
+  owns the envs, one rollout in flight (a thread would share the GIL with the learner).
 - ``ray_backend.AsyncRemoteCollector`` — Ray workers, one rollout in flight each.
 - :class:`LockstepSource` — no concurrency: acts with the weights of a given
   schedule of lags, so a lag's effect can be studied (and tested) without timing noise.
@@ -24,8 +22,6 @@ Sources of unrolls (``take() -> Unroll``, ``publish(network, version)``,
 from __future__ import annotations
 
 import copy
-import queue
-import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -137,103 +133,6 @@ def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: np.
     logp = torch.log_softmax(logits, -1)
     actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
     return actions.numpy(), logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1).numpy(), values.numpy()
-
-
-class ThreadActor:
-    """The in-process actor: a background thread collecting with the newest published weights.
-
-    It owns ``collector`` (the agent's envs) and ``generator`` while it runs; the
-    learner touches neither until :meth:`pause` returns. Its network is a CPU copy
-    of the learner's, refreshed from :meth:`publish` before each unroll. It starts an
-    unroll only while fewer than ``queue_size`` wait to be taken, so with the default
-    of 1 it collects the next unroll while the learner learns from the last: a lag of
-    one update when the learner is the bottleneck.
-    """
-
-    def __init__(self, collector: VectorRolloutCollector, network: torch.nn.Module, generator: torch.Generator,
-                 version: int, queue_size: int = 1):
-        self.collector, self.generator = collector, generator
-        self.network = copy.deepcopy(network).cpu().requires_grad_(False)
-        self._weights: tuple[int, dict] = (version, {})
-        self._version = version
-        self._queue: queue.Queue[Unroll] = queue.Queue()
-        self._slots = threading.Semaphore(queue_size)  # unrolls collected or being collected, not yet taken
-        self._cond = threading.Condition()
-        self._paused = self._busy = self._stop = False
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="echo-rl-actor", daemon=True)
-        self._thread.start()
-
-    def publish(self, network: torch.nn.Module, version: int) -> None:
-        """Make the learner's current weights, ``version``, the ones the next unroll acts with."""
-        self._weights = (version, {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items()})
-
-    def _policy(self, obs):
-        return sample_policy(self.network, self.generator, obs)
-
-    def _value(self, obs):
-        with torch.no_grad():
-            return self.network.value(torch.as_tensor(obs)).numpy()
-
-    def _run(self) -> None:
-        try:
-            while True:
-                # a free slot first: the unroll then starts with the weights the learner published last
-                while not self._slots.acquire(timeout=0.2):
-                    if self._stop:
-                        return
-                with self._cond:
-                    while self._paused and not self._stop:
-                        self._cond.wait()
-                    if self._stop:
-                        return
-                    self._busy = True
-                version, weights = self._weights
-                try:
-                    if version != self._version:
-                        self.network.load_state_dict(weights)
-                        self._version = version
-                    buf = self.collector.collect(self._policy, self._value)
-                    stats, self.collector.stats = self.collector.stats, EpisodeStats()
-                    self._queue.put(Unroll.from_buffer(buf, self.collector.next_obs, version, stats))
-                finally:
-                    with self._cond:
-                        self._busy = False
-                        self._cond.notify_all()
-        except BaseException as exc:  # handed to the learner by take()
-            self._error = exc
-
-    def take(self) -> Unroll:
-        """The oldest unroll not yet taken (waits for one); re-raises the actor's error."""
-        while True:
-            try:
-                unroll = self._queue.get(timeout=0.2)
-                self._slots.release()
-                return unroll
-            except queue.Empty:
-                if self._error is not None:
-                    raise RuntimeError(f"the actor thread failed: {type(self._error).__name__}: "
-                                       f"{self._error}") from self._error
-                if not self._thread.is_alive():
-                    raise RuntimeError("the actor thread stopped")
-
-    def pause(self) -> None:
-        """Stop between unrolls (the collector is then the learner's to snapshot) until :meth:`resume`."""
-        with self._cond:
-            self._paused = True
-            while self._busy:
-                self._cond.wait()
-
-    def resume(self) -> None:
-        with self._cond:
-            self._paused = False
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._thread.join()
 
 
 class LockstepSource:

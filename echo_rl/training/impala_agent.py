@@ -31,8 +31,8 @@ rate, gamma, entropy/value weights, grad clip, LR annealing, unroll size
 V-trace's rho_bar and c_bar come from ``echo_config``.
 
 Asynchronous (``max_policy_lag`` >= 1), as in the paper: actors keep collecting
-while the learner updates (:mod:`echo_rl.training.async_actors`: a background
-actor thread in-process, Ray workers with ``backend=ray``). Each unroll carries
+while the learner updates (:mod:`echo_rl.training.async_actors`; in-process an
+actor process, :mod:`echo_rl.training.actor_process`; with ``backend=ray`` the Ray workers). Each unroll carries
 the policy version that acted and its behaviour log-probabilities; a batch is
 the first unrolls to arrive covering ``num_actors`` envs, those more than
 ``max_policy_lag`` updates old dropped, and V-trace corrects the rest. The
@@ -46,8 +46,10 @@ import torch
 
 from echo_rl.algorithms.vtrace import next_values_from, vtrace
 from echo_rl.config import ConfigError
+from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.training.actor_critic_agent import ActorCriticAgent
-from echo_rl.training.async_actors import StalenessGate, ThreadActor, UnrollBatch, gather_batch
+from echo_rl.training.actor_process import ProcessActor
+from echo_rl.training.async_actors import StalenessGate, UnrollBatch, gather_batch
 from echo_rl.training.rollout import RolloutBuffer
 
 
@@ -72,13 +74,20 @@ class IMPALAAgent(ActorCriticAgent):
                               f"max_policy_lag={lag}: asynchronous actors do not keep the next observations it reads")
         super().__init__(config, envs, device)
         self.gate = StalenessGate(lag) if lag else None
-        self._actor: ThreadActor | None = None  # started by the first asynchronous iteration
+        self._actor: ProcessActor | None = None  # started by the first asynchronous iteration
+        self._synced = False  # collector and sampler mirror the actor's (set by a checkpoint, cleared by a take)
+        self._stepped = False  # self.collector has stepped (a checkpoint's): else the actor builds its own
 
     # -- asynchronous collection (max_policy_lag) -------------------------------
     def unroll_source(self):
-        """Where asynchronous unrolls come from: the actor thread over this agent's envs (Ray overrides it)."""
+        """Where asynchronous unrolls come from: an actor process over this agent's envs (Ray overrides it)."""
         if self._actor is None:
-            self._actor = ThreadActor(self.collector, self.network, self.generator, self.updates)
+            cfg = self.config
+            collector = self.collector if self._stepped else {
+                "task": cfg.env_name, "num_envs": self.num_envs, "asynchronous": cfg.vector_env == "async",
+                "env_config": cfg.env_config, "num_steps": self.num_steps,
+                "seeds": actor_seeds(cfg.seed, self.num_envs)}
+            self._actor = ProcessActor(collector, self.network, self.generator, self.updates)
         return self._actor
 
     def train_iteration(self) -> dict[str, float]:
@@ -87,6 +96,7 @@ class IMPALAAgent(ActorCriticAgent):
         source = self.unroll_source()
         source.resume()
         batch, steps, metrics = gather_batch(source.take, self.gate, self.updates, self.num_envs)
+        self._synced = False
         self.env_steps += steps
         if self.env_steps <= self.config.learning_starts:
             return metrics
@@ -96,23 +106,30 @@ class IMPALAAgent(ActorCriticAgent):
         source.publish(self.network, self.updates)
         return metrics
 
-    # A checkpoint pauses a running actor thread between unrolls until the next iteration, so the sampler
-    # state and the envs it saves belong together. Unrolls already queued are not part of it: a resumed run
-    # continues from the envs' state.
+    def _sync_actor(self) -> None:
+        """For a checkpoint: the actor's envs mid-episode and sampler become this agent's (the actor waits
+        between rollouts). The unroll it had in flight is learned from next but is not in the checkpoint:
+        a resumed run continues from the envs' state after it."""
+        if self._actor is not None and not self._synced:
+            collector, generator_state = self._actor.sync_state()
+            self.collector.envs.close()
+            self.collector = collector
+            self.generator.set_state(generator_state)
+            self._synced = self._stepped = True
+
     def rollout_state(self):
-        if self._actor is not None:
-            self._actor.pause()
+        self._sync_actor()
         return super().rollout_state()
 
     def state_dict(self) -> dict:
-        if self._actor is not None:
-            self._actor.pause()
+        self._sync_actor()
         state = super().state_dict()
         if self.gate is not None:  # the run's count of dropped unrolls goes on after a resume
             state["async_dropped_stale"] = self.gate.dropped
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        self._stop_actor()  # a running actor would act with weights and versions of the run before
         super().load_state_dict(state)
         if self.gate is not None:
             self.gate.dropped = int(state.get("async_dropped_stale", 0))
@@ -120,6 +137,7 @@ class IMPALAAgent(ActorCriticAgent):
     def load_rollout_state(self, collector) -> None:
         self._stop_actor()
         super().load_rollout_state(collector)
+        self._stepped = True
 
     def _stop_actor(self) -> None:
         if self._actor is not None:
