@@ -143,8 +143,9 @@ def build_tiny(out_dir: str | Path, preset: str = "tiny", *, seed: int = 0, corp
     else:
         config = transformers.LlamaConfig(**common)
         model_cls = transformers.LlamaForCausalLM
-    torch.manual_seed(seed)
-    model = model_cls(config)
+    with torch.random.fork_rng(devices=[]):  # the caller's RNG stream must not depend on a cache miss
+        torch.manual_seed(seed)
+        model = model_cls(config)
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id
     out_dir = Path(out_dir)

@@ -46,6 +46,18 @@ def test_build_is_deterministic_and_llama_variant(tmp_path):
         build_tiny(tmp_path / "c", "huge")
 
 
+def test_a_build_leaves_the_callers_torch_rng_alone(tmp_path):
+    """A run that builds the tiny cache must draw the same numbers as one that finds it built."""
+    import torch
+
+    corpus = ["open the door. pick up the key. " * 20]
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    build_tiny(tmp_path / "a", "tiny", seed=0, corpus=corpus)
+    assert torch.equal(torch.rand(4), expected)
+
+
 def test_sampling_stop_strings_and_accounting(tiny):
     greedy = tiny.chat(MSGS, max_tokens=20, temperature=0, logprobs=True)
     assert greedy.token_ids and len(greedy.logprobs) == len(greedy.token_ids)
