@@ -56,7 +56,7 @@ def test_an_injected_encoder_keeps_its_weights_and_trains():
     agent = agent_for()
     try:
         agent.train_iteration()
-        plan_encoder = params(agent.lpo.encoder)
+        plan_encoder, network = params(agent.lpo.encoder), agent.network
         torch.manual_seed(123)
         encoder = MiniGridCNN()
         pretrained = params(encoder)
@@ -66,7 +66,7 @@ def test_an_injected_encoder_keeps_its_weights_and_trains():
         assert same(params(agent.lpo.encoder), plan_encoder)  # the plan encoder keeps what it learned
         optimised = {id(p) for g in agent.lpo.optimizer.param_groups for p in g["params"]}
         assert {id(p) for p in encoder.parameters()} <= optimised  # the fresh optimiser holds it
-        assert agent.network["policy"].trunk is encoder  # ... and the actors act with it
+        assert agent.network is network and network["policy"].trunk is encoder  # the actors act with it
         agent.train_iteration()
         assert not same(params(encoder), pretrained)  # ... and learns it
     finally:

@@ -103,8 +103,12 @@ class EchoModel:
             policy_max_grad_norm=ppo.max_grad_norm, trunk=base.encoder, heads=(base.actor, base.critic),
             extra_modules=[self.wm_head])
         self.lpo.modules().to(self.device)
-        #: what the actors act with (plan encoder, trunk, FiLM, heads): the weights sent to remote actors
-        self.acting = nn.ModuleDict({"encoder": self.lpo.encoder, "policy": self.lpo.policy})
+        acting = {"encoder": self.lpo.encoder, "policy": self.lpo.policy}
+        if hasattr(self, "acting"):  # a swap: the same container, so whoever holds it sends the new weights
+            self.acting.update(acting)
+        else:
+            #: what the actors act with (plan encoder, trunk, FiLM, heads): the weights sent to remote actors
+            self.acting = nn.ModuleDict(acting)
 
     def _base_network(self, network: str) -> ActorCritic:
         """PPO's actor-critic for TrainingConfig.policy_network; its encoder is the trunk under the FiLM layer.
