@@ -9,8 +9,9 @@ boundary: the :class:`~echo_rl.training.lm.generator.LMGenerator` runs rounds
 of ``num_actors`` concurrent episodes through the engine (``num_actors /
 group_size`` task seeds × ``group_size`` episodes each, so the engine batches
 them and siblings share the prompt's KV) until ``batch_size`` environment
-steps (turns) are collected, as ``TokenTrajectory`` batches; the trainer step
-here runs one ECHO/GRPO update (and replay steps); then one versioned
+steps (turns) are collected, as ``TokenTrajectory`` batches; the
+:class:`~echo_rl.training.lm.trainer.LMTrainer` step runs one ECHO/GRPO update
+(and replay steps); then one versioned
 :class:`~echo_rl.training.lm.generator.WeightUpdate` (policy and latent planner
 together) reaches the engine under a new policy version (no stale KV is
 reused). The agent owns the run's η_bw tracker: the generator records every
@@ -29,12 +30,7 @@ replaces GRPO's group advantages by a value head and GAE; ``lm_config.reward``
 takes rewards from the environment, an AI judge (RLAIF) or a mix.
 
 Replay (``lm_config.replay_updates > 0``; ``--no-replay`` switches it off for
-echo-rl): after the on-policy step every fresh trajectory goes into the
-hot/cold buffer with its group advantage and priority |A| + λ·CE (its loss
-magnitude); then ``replay_updates`` more learner steps each train on
-``replay_batch`` sampled trajectories, weighted by the buffer's importance
-weights, with the clipped ratio against their behaviour log-probs; samples
-more than ``max_staleness`` policy versions old are dropped, never trained on.
+echo-rl) is part of the trainer step (``trainer.py``).
 """
 
 from __future__ import annotations
@@ -54,13 +50,13 @@ import torch
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.generator import LMGenerator, WeightUpdate
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.training.lm.generator import LMGenerator
 from echo_rl.training.lm.objectives import get_objective
 from echo_rl.training.lm.plan import LMPlanner
 from echo_rl.training.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
 from echo_rl.training.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig
 from echo_rl.training.lm.sft import expert_trajectory
+from echo_rl.training.lm.trainer import LMTrainer
 from echo_rl.training.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
 from echo_rl.training.protocol import AgentBase
 
@@ -121,16 +117,10 @@ class LMAgent(AgentBase):
         self.planner = (LMPlanner(self.model.config.hidden_size, pc, lm.plan_tokens).to(device)
                         if self.use_plan else None)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.learner = LMLearner(self.model, pad, LMLearnerConfig(
-            learning_rate=lm.learning_rate, max_grad_norm=lm.max_grad_norm, lam=self.lam, clip_low=lm.clip,
-            clip_high=lm.clip, pg_temperature=lm.temperature or 1.0, max_staleness=lm.max_staleness,
-            plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm,
-            kl_coef=lm.kl_coef, objective=lm.objective, gae_level=lm.gae_level, gamma=lm.gamma,
-            gae_lambda=lm.gae_lambda, vf_coef=lm.vf_coef, value_clip=lm.value_clip,
-            token_budget=lm.learner_token_budget),
-            planner=self.planner, ref_model=copy.deepcopy(self.model) if lm.kl_coef else None)
-        self.use_replay = lm.replay_updates > 0 and (config.agent != "echo-rl" or config.echo_config.replay_updates > 0)
-        self.replay = self._make_replay() if self.use_replay else None
+        # η_bw of the run, at the engine's bandwidth scale: the generator's turns, the trainer's updates
+        self.bandwidth = BandwidthEfficiencyTracker(BandwidthConfig(scale=config.execution_config.bandwidth_scale))
+        self.trainer = LMTrainer(config, self.model, self.planner, pad, self.lam, self.bandwidth)
+        self.learner, self.replay = self.trainer.learner, self.trainer.replay
         self.judge = self._make_judge() if lm.reward != "env" else None
         self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
                                             max_new_tokens=lm.max_new_tokens, temperature=lm.temperature,
@@ -143,8 +133,6 @@ class LMAgent(AgentBase):
         self.timings: dict[str, float] = {}
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
-        # η_bw of the run, at the engine's bandwidth scale: the generator's turns, the trainer's updates
-        self.bandwidth = BandwidthEfficiencyTracker(BandwidthConfig(scale=config.execution_config.bandwidth_scale))
         self.generator = LMGenerator(config.execution_config, self.renderer, self.rollout_config,
                                      lm.eval_temperature, lambda held_out: self.env(held_out), self.bandwidth)
 
@@ -192,16 +180,6 @@ class LMAgent(AgentBase):
         """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop)."""
         return self.generator.stop() if self.generator.running else None
 
-    def weight_update(self) -> WeightUpdate:
-        """The trainer's side of the weight sync: the engine copy's weights and the planner's, one version."""
-        return WeightUpdate(self.learner.version, self.learner.state_dict_for_engine(),
-                            self.planner.state_dict() if self.planner is not None else None)
-
-    def _record_update(self, m: dict[str, float]) -> None:
-        """η_bw counts every learner step's weighted |ℓ_PG|."""
-        self.bandwidth.record_learner_update(
-            self.config.bandwidth_config.pg_loss_weight * abs(m.get("pg_loss", m["loss"])))
-
     # -- acting and learning ----------------------------------------------------------
     async def train_iteration(self) -> dict[str, float]:
         cfg, lm = self.config, self.config.lm_config
@@ -215,10 +193,8 @@ class LMAgent(AgentBase):
         env_returns = [t.total_reward for t in trajs]
         judged = await self._judge(trajs) if self.judge is not None else {}
         t1 = time.perf_counter()
-        m = self.learner.update(trajs)
-        self._record_update(m)
-        replayed = self._replay_steps(trajs) if self.replay is not None else {}
-        await self.generator.sync(self.weight_update())
+        m, replayed = self.trainer.step(trajs)
+        await self.generator.sync(self.trainer.weight_update())
         self.env_steps += steps
         self.updates += 1
         self.next_seed = int(rng.integers(2**31))  # a resumed run draws exactly what this one would
@@ -239,63 +215,6 @@ class LMAgent(AgentBase):
         self.timings = {"time/rollout_s": t1 - t0, "time/update_s": time.perf_counter() - t1,
                         "time/etps": snap["etps"], "time/engine_computed_tokens_per_s": snap["computed_tokens_per_s"]}
         return row
-
-    # -- replay -------------------------------------------------------------------------
-    def _make_replay(self) -> Any:
-        """The LM replay's sizes are in trajectories (``lm_config``), its sampling exponents from ``replay_config``.
-
-        Sampling is proportional to the priority (PER): a stale sample's priority set to 0 then means it
-        is not drawn again, which the softmax rule over plan-surprise scores would not give.
-        """
-        from echo_rl.config import ReplayConfig
-        from echo_rl.training.lm.replay import TrajectoryReplay
-
-        lm, rc = self.config.lm_config, self.config.replay_config
-        cfg = ReplayConfig(hot_buffer_size=lm.replay_capacity, cold_buffer_size=lm.replay_capacity,
-                           age_threshold=max(1, lm.replay_capacity // 2), max_replay_age=lm.replay_capacity,
-                           sampling_mode="proportional", min_experiences=lm.replay_batch,
-                           priority_alpha=rc.priority_alpha, priority_epsilon=rc.priority_epsilon,
-                           importance_sampling_beta=rc.importance_sampling_beta,
-                           hot_sample_ratio=rc.hot_sample_ratio)
-        plan_dim = self.planner.latent_dim if self.planner is not None else 0
-        return TrajectoryReplay(cfg, max_len=lm.replay_max_tokens, max_turns=lm.max_turns, seed=self.config.seed,
-                                plan_dim=plan_dim)
-
-    def _priorities(self) -> np.ndarray:
-        rows = self.learner.last_rows
-        return rows["advantage_abs"] + self.lam * rows["env_ce"]
-
-    def _replay_steps(self, fresh: list) -> dict[str, float]:
-        """Add the batch just trained on, then ``replay_updates`` importance-weighted steps on sampled ones."""
-        lm = self.config.lm_config
-        adv = self.learner.last_rows["advantage"]
-        keep = [i for i, t in enumerate(fresh) if self.replay.fits(t)]
-        if keep:
-            self.replay.add([fresh[i] for i in keep], adv[keep], self._priorities()[keep])
-        out = {"replay/added": float(len(keep)), "replay/too_long": float(len(fresh) - len(keep))}
-        steps, trained, dropped0, expired0 = 0, 0, self.replay.dropped_stale, self.replay.expired
-        stats: dict[str, list[float]] = {}
-        for _ in range(lm.replay_updates):
-            if len(self.replay) < lm.replay_batch:
-                break
-            got, advs, weights, idx = self.replay.sample(lm.replay_batch, current_version=self.learner.version,
-                                                         max_staleness=lm.max_staleness)
-            if not got:
-                continue
-            m = self.learner.update(got, advantages=advs, weights=weights)
-            self.replay.update_priorities(idx, self._priorities())
-            self._record_update(m)
-            steps, trained = steps + 1, trained + len(got)
-            for k in ("loss", "pg_loss", "env_ce", "clip_fraction", "ratio_mean", "staleness_max"):
-                if k in m:
-                    stats.setdefault(k, []).append(m[k])
-            stats.setdefault("importance_weight_mean", []).append(float(np.mean(weights)))
-        out.update({"replay/steps": float(steps), "replay/trained": float(trained),
-                    "replay/dropped_stale": float(self.replay.dropped_stale - dropped0),
-                    "replay/expired": float(self.replay.expired - expired0),
-                    "replay/size": float(len(self.replay))})
-        out.update({f"replay/{k}": float(np.mean(v)) for k, v in stats.items()})
-        return out
 
     # -- RLAIF ----------------------------------------------------------------------------
     def _make_judge(self) -> Any:
