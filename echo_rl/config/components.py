@@ -98,7 +98,8 @@ class DQNConfig(ConfigBase):
     """
 
     learning_rate: float = spec(1e-3, help="Adam learning rate", gt=0)
-    gamma: float = spec(0.99, help="discount", min=0, max=1)
+    gamma: float = spec(0.9, help="discount (0.9: on MiniGrid the gap a self-loop action leaves, (1 - gamma) V, must "
+                                      "exceed the Q error or the greedy policy loops; CartPole: 0.99)", min=0, max=1)
     minibatch_size: int = spec(64, help="transitions per gradient step (CleanRL's batch_size)", min=1)
     train_frequency: int = spec(4, help="env steps (summed over actors) per gradient step", min=1)
     target_network_frequency: int = spec(50, help="gradient steps between target-network updates (CleanRL: 500 env steps "

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 
-import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
@@ -115,20 +115,25 @@ class RayDQNAgent(DQNAgent):
         ray = _ray()
         steps = max(1, self.config.steps_per_update // self.config.num_actors)  # per env
         weights = ray.put({k: v.cpu() for k, v in self.q.state_dict().items()})
+        server = self.feed.server
+        stored = first = server.samples_added
         pending = [w.collect.remote(weights, self.epsilon, steps) for w in self._ray_workers]
-        stored = self.feed.server.samples_added
         rows: list[dict[str, float]] = []
         results = []
         while pending:  # learn from what the workers have stored so far while they keep writing
-            now = self.feed.server.samples_added
+            now = server.samples_added
             new, stored = now - stored, now
             self.env_steps += new
             rows += self.learn_owed(new, timeout=POLL_S)
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=0 if rows else POLL_S)
             results += ray.get(done)
-        new = self.feed.server.samples_added - stored
-        self.env_steps += new
-        rows += self.learn_owed(new, timeout=POLL_S)
+        # every worker's writes are acknowledged; the server's count of them may trail its acks by a moment
+        end = first + steps * self.config.num_actors
+        deadline = time.monotonic() + 10.0
+        while server.samples_added < end and time.monotonic() < deadline:
+            time.sleep(0.001)
+        self.env_steps += end - stored
+        rows += self.learn_owed(end - stored, timeout=POLL_S)
         stats = EpisodeStats()
         for r in results:
             for ret, length, success in zip(r["returns"], r["lengths"], r["successes"]):
