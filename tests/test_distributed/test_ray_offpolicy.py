@@ -55,3 +55,20 @@ def test_ray_workers_write_every_env_step_to_the_server_and_the_learner_trains(l
         assert state["backend"] == "ray" and len(state["workers"]) == 2 and state["replay_npz"] is not None
     finally:
         agent.close()
+
+
+@needs_ray
+def test_ray_learner_draws_as_the_rate_limiter_allows_while_workers_write(local_ray):
+    config = ray_config().with_overrides({"replay_config.samples_per_insert": 2.0,
+                                          "replay_config.rate_error_buffer": 64.0})
+    agent = build_agent(config, CPU)
+    try:
+        for _ in range(2):
+            agent.train_iteration()
+        limiter = agent.feed.buffer.rate_limiter
+        assert limiter.inserts == agent.env_steps == 2 * 128
+        # inserts wait for draws and draws for inserts: samples stay within the band around 2 per insert
+        assert limiter.inserts * 2.0 - limiter.samples <= 64 + 2 * 4
+        assert agent.updates == limiter.samples // 16 > 0
+    finally:
+        agent.close()
