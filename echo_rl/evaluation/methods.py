@@ -222,39 +222,14 @@ def get_method(name: str) -> MethodSpec:
 # Episode loops
 # ---------------------------------------------------------------------------
 
-def run_vector_episodes(ctx: CellContext, env_id: str,
-                        act: Callable[[Any, Any, np.random.Generator], int]) -> list[EpisodeRecord]:
-    """Gymnasium MiniGrid episodes; success = terminated with positive reward (MiniGrid's goal signal)."""
-    import gymnasium as gym
-    import minigrid  # noqa: F401  (registers the ids)
+def run_episodes(ctx: CellContext, env: Any, act: Callable[[Any, dict, np.random.Generator], Any], *,
+                 won: Callable[[dict, float, bool], bool] = lambda info, reward, terminated: bool(info.get("won")),
+                 begin: Callable[[Any], None] | None = None) -> list[EpisodeRecord]:
+    """The harness's one episode loop: ``ctx.num_episodes`` seeded episodes of at most ``ctx.max_steps`` steps.
 
-    env = gym.make(env_id, **env_config(ctx))
-    out = []
-    try:
-        for i in range(ctx.num_episodes):
-            ctx.check_deadline()
-            seed = ctx.episode_seed(i)
-            rng = np.random.default_rng(seed)
-            t0 = time.perf_counter()
-            obs, info = env.reset(seed=seed)
-            total, steps, won = 0.0, 0, False
-            while steps < ctx.max_steps:
-                obs, reward, terminated, truncated, info = env.step(act(env, obs, rng))
-                total += float(reward)
-                steps += 1
-                if terminated or truncated:
-                    won = bool(terminated and reward > 0)
-                    break
-            out.append(EpisodeRecord(success=won, reward=total, length=steps,
-                                     wall_time_s=time.perf_counter() - t0, seed=seed))
-    finally:
-        env.close()
-    return out
-
-
-def run_text_episodes(ctx: CellContext, env: Any, act: Callable[[str, dict, np.random.Generator], str],
-                      begin: Callable[[Any], None] | None = None) -> list[EpisodeRecord]:
-    """Text-env episodes through the contract ``reset(seed)`` / ``step(action)``; success = ``info['won']``."""
+    ``act(obs, info, rng)`` picks each action; ``won(info, reward, terminated)`` reads success after each
+    step (by default the text contract's ``info['won']``); ``begin(env)`` runs after each reset.
+    """
     out = []
     for i in range(ctx.num_episodes):
         ctx.check_deadline()
@@ -264,17 +239,36 @@ def run_text_episodes(ctx: CellContext, env: Any, act: Callable[[str, dict, np.r
         obs, info = env.reset(seed=seed)
         if begin is not None:
             begin(env)
-        total, steps, won = 0.0, 0, bool(info.get("won", False))
-        done = False
+        total, steps, success, done = 0.0, 0, won(info, 0.0, False), False
         while not done and steps < ctx.max_steps:
             obs, reward, terminated, truncated, info = env.step(act(obs, info, rng))
             total += float(reward)
             steps += 1
-            won = bool(info.get("won", False))
+            success = won(info, float(reward), bool(terminated))
             done = terminated or truncated
-        out.append(EpisodeRecord(success=won, reward=total, length=steps, wall_time_s=time.perf_counter() - t0,
+        out.append(EpisodeRecord(success=success, reward=total, length=steps, wall_time_s=time.perf_counter() - t0,
                                  seed=seed))
     return out
+
+
+def run_vector_episodes(ctx: CellContext, env_id: str,
+                        act: Callable[[Any, Any, np.random.Generator], int]) -> list[EpisodeRecord]:
+    """Gymnasium MiniGrid episodes; success = terminated with positive reward (MiniGrid's goal signal)."""
+    import gymnasium as gym
+    import minigrid  # noqa: F401  (registers the ids)
+
+    env = gym.make(env_id, **env_config(ctx))
+    try:
+        return run_episodes(ctx, env, lambda obs, info, rng: act(env, obs, rng),
+                            won=lambda info, reward, terminated: terminated and reward > 0)
+    finally:
+        env.close()
+
+
+def run_text_episodes(ctx: CellContext, env: Any, act: Callable[[str, dict, np.random.Generator], str],
+                      begin: Callable[[Any], None] | None = None) -> list[EpisodeRecord]:
+    """Text-env episodes through the contract ``reset(seed)`` / ``step(action)``; success = ``info['won']``."""
+    return run_episodes(ctx, env, act, begin=begin)
 
 
 def env_config(ctx: CellContext) -> dict[str, Any]:
