@@ -90,6 +90,12 @@ class IMPALAAgent(ActorCriticAgent):
             self._actor = ProcessActor(collector, self.network, self.generator, self.updates)
         return self._actor
 
+    def start(self) -> None:
+        """An asynchronous run starts its actor here (setup, not iteration time), after ``init_from``'s weights."""
+        super().start()
+        if self.gate is not None:
+            self.unroll_source()
+
     def train_iteration(self) -> dict[str, float]:
         if self.gate is None:
             return super().train_iteration()
