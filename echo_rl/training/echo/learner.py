@@ -57,13 +57,15 @@ class EchoLearner:
         flat = lambda a: m.tensor(a.reshape(T * N, *a.shape[2:]))  # noqa: E731
         obs, eps, wm_target = flat(roll.obs), flat(roll.eps), flat(roll.wm_target)
         batch = PPOBatch(flat(roll.actions), flat(roll.logprobs), flat(roll.values), flat(adv), flat(ret))
-        full_obs_t, full_ep_t = m.tensor(full_obs), m.tensor(full_ep)
+        if self.echo.latent_plan:  # every step's k+1-state window, scaled once for all epochs (flat index t*N + n)
+            win, win_mask = m.gather_windows(m.tensor(full_obs), m.tensor(full_ep), np.repeat(np.arange(T), N),
+                                             np.tile(np.arange(N), T), k + 1)
+            win_states = m.states(win)
 
         def forward(idx: np.ndarray, it: torch.Tensor) -> Forward:
             kl, wm, plan = torch.zeros((), device=m.device), torch.zeros((), device=m.device), None
             if self.echo.latent_plan:
-                win, mask = m.gather_windows(full_obs_t, full_ep_t, idx // N, idx % N, k + 1)
-                plan, kl = m.plan_and_kl(win, mask)
+                plan, kl = m.plan_and_kl_states(win_states[it], win_mask[it])
             logits, values, h = m.heads(obs[it], plan, eps[it])
             losses = [self.plan_cfg.kl_weight * kl]
             if self.echo.world_model_coef > 0:

@@ -196,7 +196,11 @@ class EchoModel:
 
     def plan_and_kl(self, win: torch.Tensor, mask: torch.Tensor) -> tuple[PlanDistribution, torch.Tensor]:
         """Plan for s_t (slots 1..k) and, when weighted, the KL to the plan for s_{t-1} (slots 0..k-1)."""
-        states = self.states(win)
+        return self.plan_and_kl_states(self.states(win), mask)
+
+    def plan_and_kl_states(self, states: torch.Tensor, mask: torch.Tensor) -> tuple[PlanDistribution, torch.Tensor]:
+        """:meth:`plan_and_kl` of windows already scaled by :meth:`states` (PPO's epochs scale a rollout's
+        windows once, not once per minibatch)."""
         if self.plan_cfg.kl_weight == 0:
             return self.lpo.encoder(states[:, 1:], mask[:, 1:]), torch.zeros((), device=win.device)
         current, previous = self.lpo.encoder.consecutive(states, mask)
