@@ -189,9 +189,14 @@ class EchoModel:
         return torch.randn(n, self.latent, generator=generator).to(self.device)
 
     def window_heads(self, windows: np.ndarray, mask: np.ndarray):
-        """Logits and values of steps given as their k-state windows (the newest slot is s_t)."""
+        """Logits and values of steps given as their k-state windows (the newest slot is s_t).
+
+        The heads read the plan mean detached and the world-model input is dropped, so no gradient
+        reaches the plan encoder from here: its forward pass runs without autograd's records."""
         w, m = self.tensor(windows), self.tensor(mask)
-        logits, values, _ = self.heads(w[:, -1], self.plan(w, m), None)
+        with torch.no_grad():
+            plan = self.plan(w, m)
+        logits, values, _ = self.heads(w[:, -1], plan, None)
         return logits, values
 
     def plan_and_kl(self, win: torch.Tensor, mask: torch.Tensor) -> tuple[PlanDistribution, torch.Tensor]:
