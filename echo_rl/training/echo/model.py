@@ -207,7 +207,7 @@ class EchoModel:
         """:meth:`plan_and_kl` of windows already scaled by :meth:`states` (PPO's epochs scale a rollout's
         windows once, not once per minibatch)."""
         if self.plan_cfg.kl_weight == 0:
-            return self.lpo.encoder(states[:, 1:], mask[:, 1:]), torch.zeros((), device=win.device)
+            return self.lpo.encoder(states[:, 1:], mask[:, 1:]), torch.zeros((), device=states.device)
         current, previous = self.lpo.encoder.consecutive(states, mask)
         return current, consecutive_plan_kl(current, previous, mask[:, -2])
 
