@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import signal
 import traceback
 
 import torch
@@ -35,7 +36,11 @@ def _collector(recipe: dict) -> VectorRolloutCollector:
 
 
 def _serve(conn, payload: bytes) -> None:
-    """The worker process: collect on request with the weights sent; answer state requests; stop on close."""
+    """The worker process: collect on request with the weights sent; answer state requests; stop on close.
+
+    Ctrl-C reaches the whole process group; the learner decides when to stop (it still needs the envs for its
+    final checkpoint), so the worker ignores SIGINT and ends on ``close`` or when the learner's pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     collector, network, generator_state = pickle.loads(payload)
     if isinstance(collector, dict):  # a fresh run: the envs are built and reset here, as the learner's were
@@ -62,7 +67,7 @@ def _serve(conn, payload: bytes) -> None:
             except Exception as exc:  # noqa: BLE001 - reported to the learner in one line, with the trace logged
                 traceback.print_exc()
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    except (EOFError, KeyboardInterrupt):  # the learner went away / Ctrl-C reaches the whole process group
+    except EOFError:  # the learner went away
         pass
     finally:
         collector.envs.close()
@@ -99,7 +104,11 @@ class ProcessActor:
 
     def _request(self) -> None:
         weights = self._weights if self._sent != self._version else None
-        self._conn.send(("collect", weights, self._version))
+        try:
+            self._conn.send(("collect", weights, self._version))
+        except OSError:  # BrokenPipeError: the worker is gone
+            self._proc.join(timeout=5)
+            raise RuntimeError(f"the actor process died (exit code {self._proc.exitcode})") from None
         self._sent, self._inflight = self._version, True
 
     def _receive(self, kind: str):
@@ -121,16 +130,20 @@ class ProcessActor:
         else:
             if not self._inflight:
                 self._request()
-            (unroll,) = self._receive("unroll")
-            self._inflight = False
+            try:
+                (unroll,) = self._receive("unroll")
+            finally:  # answered, or failed: either way nothing is in flight any more
+                self._inflight = False
         self._request()
         return unroll
 
     def pause(self) -> None:
         """Wait for the rollout in flight (kept for the next ``take``): the worker is then idle."""
         if self._inflight:
-            (self._pending,) = self._receive("unroll")
-            self._inflight = False
+            try:
+                (self._pending,) = self._receive("unroll")
+            finally:
+                self._inflight = False
 
     def resume(self) -> None:
         """Nothing to do: the next ``take`` sends the next request."""
