@@ -136,20 +136,22 @@ def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: np.
 
 
 class LockstepSource:
-    """Unrolls collected in the learner's thread, unroll ``k`` acting with the weights of ``lags[k]`` updates
-    ago (at most as old as the run): a fixed, reproducible policy lag. A one-worker asynchronous Ray run has
-    the schedule ``[0, 1, 1, ...]``."""
+    """Unrolls collected in the learner's thread, unroll ``k`` acting with the weights of ``lags(k)`` updates
+    ago (at most ``keep`` updates, and no older than the run): a fixed, reproducible policy lag. A one-worker
+    asynchronous run (in-process or on Ray) has the schedule ``lags = lambda k: min(k, 1)``."""
 
     def __init__(self, collector: VectorRolloutCollector, network: torch.nn.Module, generator: torch.Generator,
-                 version: int, lags: Callable[[int], int]):
-        self.collector, self.generator, self.lags = collector, generator, lags
+                 version: int, lags: Callable[[int], int], keep: int = 16):
+        self.collector, self.generator, self.lags, self.keep = collector, generator, lags, keep
         self.network = copy.deepcopy(network).cpu().requires_grad_(False)
-        self.history = {version: copy.deepcopy(self.network.state_dict())}  # every published version's weights
+        self.history = {version: copy.deepcopy(self.network.state_dict())}  # the last keep+1 versions' weights
         self.version, self.taken = version, 0
 
     def publish(self, network: torch.nn.Module, version: int) -> None:
         self.history[version] = {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items()}
         self.version = version
+        for old in [v for v in self.history if v < version - self.keep]:
+            del self.history[old]
 
     def take(self) -> Unroll:
         version = max(min(self.history), self.version - self.lags(self.taken))

@@ -74,7 +74,7 @@ class IMPALAAgent(ActorCriticAgent):
                               f"max_policy_lag={lag}: asynchronous actors do not keep the next observations it reads")
         super().__init__(config, envs, device)
         self.gate = StalenessGate(lag) if lag else None
-        self._actor: ProcessActor | None = None  # started by the first asynchronous iteration
+        self._actor: ProcessActor | None = None  # started by start() (or the first asynchronous iteration)
         self._synced = False  # collector and sampler mirror the actor's (set by a checkpoint, cleared by a take)
         self._stepped = False  # self.collector has stepped (a checkpoint's): else the actor builds its own
 
