@@ -118,9 +118,14 @@ def register_text_env(name: str, factory: Callable[..., Any], **metadata: Any) -
 
 
 def text_task_names() -> list[str]:
-    """The built-in text tasks, then those registered from user code."""
+    """The built-in text tasks in ``BUILTIN_TASK_MODULES`` order, then those registered from user code.
+
+    Sorted, not insertion order: a built-in module imported directly registers before the others.
+    """
     _load_builtins()
-    return list(_TASKS)
+    rank = {m: i for i, m in enumerate(BUILTIN_TASK_MODULES)}
+    order = {name: i for i, name in enumerate(_TASKS)}
+    return sorted(_TASKS, key=lambda n: (rank.get(_TASKS[n].factory.__module__, len(rank)), order[n]))
 
 
 def task_spec(task: str) -> TaskSpec:

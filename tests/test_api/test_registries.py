@@ -159,3 +159,14 @@ def test_a_multiline_user_task_gets_whole_answers_in_eval_and_the_benchmark(tmp_
 
     (cell,) = [json.loads(p.read_text()) for p in (tmp_path / "bench").rglob("cells/**/*.json")]
     assert cell["metrics"]["success_at_1"] == 1.0
+
+
+def test_built_in_order_does_not_depend_on_which_module_was_imported_first():
+    import subprocess
+    import sys
+
+    code = ("import echo_rl.environments.arc\n"
+            "from echo_rl.environments import registry\n"
+            "print(registry.text_task_names()[:5])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['alfworld', 'webshop', 'cruxeval', 'arc', 'minigrid']"
