@@ -345,6 +345,21 @@ class RayAgentMixin:
             self.close()
             raise
 
+    #: parts the Ray workers never see: they act in the learner's process only
+    LEARNER_SIDE_PARTS = ("augmentation", "reward")
+
+    def set(self, **parts):
+        """Swap learner-side parts only. The workers build their networks (encoder, policy, distribution) and
+        rollout storage from the config and receive weights alone, so a part swapped here would leave them
+        acting with another network than the one learning: name such parts in the config instead."""
+        if isinstance(getattr(self, "collector", None), RemoteCollector):
+            acting = sorted(k for k, v in parts.items() if v is not None and k not in self.LEARNER_SIDE_PARTS)
+            if acting:
+                raise ConfigError(f"agent.set({acting[0]}=...) is not supported with backend=ray: the workers build "
+                                  f"their networks from the config; set it there (e.g. --set encoder=NAME) or use "
+                                  f"backend=local; allowed here: {', '.join(self.LEARNER_SIDE_PARTS)}")
+        return super().set(**parts)
+
     def train_iteration(self) -> dict[str, float]:
         self.collector.set_version(self.updates)
         metrics = super().train_iteration()

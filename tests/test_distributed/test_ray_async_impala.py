@@ -30,18 +30,6 @@ def config(**changes) -> TrainingConfig:
     return TrainingConfig(**{**base, **changes})
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray (2 CPUs, loopback) for this module's tests; agents reuse it and leave it running."""
-    from echo_rl.distributed.ray_backend import start_local_ray
-
-    torch.set_num_threads(1)
-    ray = start_local_ray(num_cpus=2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
 
 def test_one_worker_is_the_in_process_learner_with_a_lag_of_one(local_ray):
     """One worker has one rollout in flight, sent the newest weights as the learner takes the last: unroll k

@@ -70,18 +70,6 @@ needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                reason="Ray is not installed: pip install 'echo-rl[distributed]'")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray (2 CPUs, loopback) for this module's tests; agents reuse it and leave it running."""
-    from echo_rl.distributed.ray_backend import start_local_ray
-
-    torch.set_num_threads(1)
-    ray = start_local_ray(num_cpus=2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
 
 @needs_ray
 def test_local_ray_listens_on_loopback_only(local_ray):
@@ -425,5 +413,26 @@ def test_echo_rl_worker_killed_is_restarted_with_fresh_windows(local_ray):
         ctx_ep = agent.collector.buffer.context["ctx_ep"]  # [k, N]: envs 2-3 are worker 1's
         assert (ctx_ep[:, 2:] == -1).all() and (ctx_ep[:, :2] >= 0).any()
         assert agent.env_steps == 2 * agent.config.batch_size
+    finally:
+        agent.close()
+
+
+@needs_ray
+def test_set_on_a_ray_agent_refuses_acting_parts_and_takes_learner_side_ones(local_ray):
+    """Workers build their networks from the config and get weights only: a network part swapped on the
+    learner would leave them acting with another policy than the one learning, so it is refused."""
+    from echo_rl.models.policies import TemperedCategorical
+
+    agent = build_ray_agent(small_config(), CPU, num_workers=1)
+    try:
+        before = {k: v.clone() for k, v in agent.network.state_dict().items()}
+        with pytest.raises(ConfigError, match=r"agent.set\(distribution=\.\.\.\) is not supported with backend=ray"):
+            agent.set(distribution=TemperedCategorical(2.0))
+        with pytest.raises(ConfigError, match="allowed here: augmentation, reward"):
+            agent.set(encoder="mlp")
+        assert agent.network.distribution is None
+        assert all(torch.equal(v, before[k]) for k, v in agent.network.state_dict().items())
+        agent.set(reward=None, augmentation=None)  # nothing to swap: accepted
+        agent.train_iteration()
     finally:
         agent.close()

@@ -15,18 +15,6 @@ needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray (2 CPUs, loopback) for this module's tests; agents reuse it and leave it running."""
-    from echo_rl.distributed.ray_backend import start_local_ray
-
-    torch.set_num_threads(1)
-    ray = start_local_ray(num_cpus=2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
 
 def ray_config(**changes) -> TrainingConfig:
     base = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", agent="dqn", backend="ray", num_actors=4,

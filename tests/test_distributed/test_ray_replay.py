@@ -42,17 +42,6 @@ def test_the_service_refuses_limits_that_are_not_server_limits():
         ReplayService(example(), 10, host="127.0.0.1", limits={"max_connections": 2})
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    from echo_rl.distributed.ray_backend import start_local_ray
-
-    ray = start_local_ray(num_cpus=2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 def test_start_replay_service_passes_secret_and_limits_to_the_actor(local_ray, monkeypatch):
     monkeypatch.delenv("ECHORL_REPLAY_SECRET", raising=False)
     one_conn = ServerLimits(max_connections=1)
