@@ -8,8 +8,9 @@ updates). EchoRL steps its envs in-process by default (``--vector-env``
 selects worker processes); SB3 runs its default in-process DummyVecEnv.
 EchoRL's adapter renders MiniGrid's observation with a faster, identical
 implementation (``minigrid_fast_obs``); SB3 is timed twice, with MiniGrid's own
-renderer (what an SB3 user runs) and with EchoRL's (framework overhead alone). Each library runs ``--reps`` times, alternating,
-and the medians and their ratio are printed.
+renderer (what an SB3 user runs) and with EchoRL's (framework overhead alone). Each contender runs ``--reps``
+times, interleaved within each repetition (A B C, then C B A), after an untimed warm-up of each; the medians,
+their ratios and the per-repetition ratios are printed.
 
     python benchmarks/ppo_throughput.py --timesteps 32768 --reps 3
 """
@@ -79,11 +80,14 @@ def main() -> None:
     warm = argparse.Namespace(**{**vars(args), "timesteps": args.n_envs * args.n_steps})
     run_echo(warm), run_sb3(warm, False)  # first-use imports and allocations out of the timed runs
     echo, sb3, sb3_fast = [], [], []
-    for _ in range(args.reps):
-        echo.append(run_echo(args))
-        sb3.append(run_sb3(args, fast_obs=False))
-        sb3_fast.append(run_sb3(args, fast_obs=True))
+    runs = [(echo, lambda: run_echo(args)), (sb3, lambda: run_sb3(args, fast_obs=False)),
+            (sb3_fast, lambda: run_sb3(args, fast_obs=True))]
+    for rep in range(args.reps):  # A B C, then C B A: a drift in the box's load hits every contender alike
+        for out, run in (runs if rep % 2 == 0 else runs[::-1]):
+            out.append(run())
     e, s, sf = statistics.median(echo), statistics.median(sb3), statistics.median(sb3_fast)
+    r_s = [a / b for a, b in zip(echo, sb3)]
+    r_sf = [a / b for a, b in zip(echo, sb3_fast)]
     print(f"setup: {TASK}, n_envs={args.n_envs}, n_steps={args.n_steps}, epochs={args.epochs}, "
           f"minibatch={args.minibatch}, timesteps={args.timesteps}, torch threads={args.threads}, reps={args.reps}, "
           f"EchoRL network={args.network}, vector_env={args.vector_env}; SB3 MlpPolicy + DummyVecEnv")
@@ -91,8 +95,10 @@ def main() -> None:
     print(f"SB3 PPO    : {s:8.0f} env steps/s  (runs: {', '.join(f'{x:.0f}' for x in sb3)})  MiniGrid's own observations")
     print(f"SB3 PPO    : {sf:8.0f} env steps/s  (runs: {', '.join(f'{x:.0f}' for x in sb3_fast)})  "
           "with EchoRL's fast observations")
-    print(f"ratio EchoRL / SB3 (as an SB3 user runs MiniGrid): {e / s:.2f}x")
-    print(f"ratio EchoRL / SB3 (both on EchoRL's env adapter: framework only): {e / sf:.2f}x")
+    print(f"ratio EchoRL / SB3 (as an SB3 user runs MiniGrid): {e / s:.2f}x of medians; per repetition "
+          f"{', '.join(f'{r:.2f}' for r in r_s)} (median {statistics.median(r_s):.2f}x)")
+    print(f"ratio EchoRL / SB3 (both on EchoRL's env adapter: framework only): {e / sf:.2f}x of medians; per "
+          f"repetition {', '.join(f'{r:.2f}' for r in r_sf)} (median {statistics.median(r_sf):.2f}x)")
 
 
 if __name__ == "__main__":
