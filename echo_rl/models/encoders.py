@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding
+from echo_rl.models.embedding import IndexAddEmbedding
 
 ENCODERS = ("mlp", "minigrid", "minigrid_cnn", "nature_cnn", "impala_cnn")
 PIXEL_ENCODERS = ("nature_cnn", "impala_cnn")
@@ -62,7 +63,7 @@ class MiniGridEncoder(nn.Module):
         channel_offsets = torch.tensor([0, e.num_objects, e.num_objects + e.num_colors])
         self.register_buffer("image_offsets", channel_offsets.repeat(cells), persistent=False)
         self.direction_offset = e.num_objects + e.num_colors + e.num_states
-        self.embed = nn.Embedding(self.direction_offset + e.num_directions, embed_dim)
+        self.embed = IndexAddEmbedding(self.direction_offset + e.num_directions, embed_dim)  # torch's init
         self.mission = nn.Linear(e.mission_words, embed_dim, bias=False)
         in_dim = (e.image_size + 2) * embed_dim
         self.net = nn.Sequential(layer_init(nn.Linear(in_dim, hidden)), nn.Tanh())

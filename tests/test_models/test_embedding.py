@@ -1,10 +1,10 @@
-"""The echo-rl trunk's embedding: torch's forward, an index_add_ weight gradient equal bit for bit to torch's."""
+"""The MiniGrid trunk's embedding: torch's forward, an index_add_ weight gradient equal bit for bit to torch's."""
 
 import pytest
 import torch
 from torch import nn
 
-from echo_rl.training.echo.model import IndexAddEmbedding
+from echo_rl.models.embedding import IndexAddEmbedding
 
 
 @pytest.mark.parametrize("shape", [(256, 147), (20,), (40, 3)])  # over and under torch's 3,000-index switch
@@ -49,3 +49,13 @@ def test_echo_agent_trunk_uses_it():
         assert isinstance(agent.lpo.policy.trunk.embed, IndexAddEmbedding)
     finally:
         agent.close()
+
+
+def test_ppo_minigrid_encoder_uses_it_with_torchs_initial_weights():
+    from echo_rl.models.encoders import MiniGridEncoder
+
+    torch.manual_seed(3)
+    enc = MiniGridEncoder()
+    torch.manual_seed(3)
+    ref = nn.Embedding(enc.embed.num_embeddings, enc.embed.embedding_dim)
+    assert isinstance(enc.embed, IndexAddEmbedding) and torch.equal(enc.embed.weight, ref.weight)
