@@ -36,11 +36,11 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.distributed.ray_acting import RAY_AGENT_BASES, acting_part
+from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import make_minigrid_env, make_vector_env
 from echo_rl.training.echo.agent import EchoAgent
 from echo_rl.training.ppo_agent import PPOAgent
 from echo_rl.training.rollout import EpisodeStats, RolloutBuffer
-from echo_rl.utils.optional import require
 
 log = logging.getLogger("echo_rl.ray_backend")
 
@@ -48,11 +48,6 @@ ENVS_PER_WORKER = 8  # workers when ray_num_workers is None: num_actors // 8 (at
 MAX_RESTARTS = 3  # Ray restarts of one worker over a run
 RESTART_TIMEOUT_S = 180.0  # how long the learner waits for a failed worker to come back
 RESEED_STRIDE = 100_003  # seed offset per restart (not a multiple of the 10000 env stride)
-LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
-
-
-def _ray():
-    return require("ray", "distributed")
 
 
 class WorkerNotReady(RuntimeError):
@@ -89,6 +84,17 @@ def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
     return config.replace(num_actors=part.size, batch_size=num_steps * part.size, train_frequency=None,
                           seed=config.seed + 10_000 * part.start, backend="local", device="cpu",
                           ray_address=None, ray_num_workers=None)
+
+
+def check_ray_rollout_state(state, slices: list[Slice]) -> None:
+    """A checkpoint's rollout state fits this Ray run: written by a Ray run with the same worker slices."""
+    ours = [(s.start, s.stop) for s in slices]
+    if not isinstance(state, dict) or state.get("backend") != "ray":
+        raise ConfigError("this checkpoint's rollout state was written by backend=local; resume it with "
+                          "backend=local (weights and optimizer are compatible, envs mid-episode are not)")
+    if [tuple(s) for s in state["slices"]] != ours:
+        raise ConfigError(f"this checkpoint's rollout state has Ray worker slices {state['slices']}; "
+                          f"this run has {ours}: resume with the same num_actors and worker count")
 
 
 class RolloutWorker:
@@ -382,13 +388,7 @@ class RayAgentMixin:
                 "tokens": list(self.collector.tokens)}
 
     def load_rollout_state(self, state) -> None:
-        slices = [(s.start, s.stop) for s in self.slices]
-        if not isinstance(state, dict) or state.get("backend") != "ray":
-            raise ConfigError("this checkpoint's rollout state was written by backend=local; resume it with "
-                              "backend=local (weights and optimizer are compatible, envs mid-episode are not)")
-        if [tuple(s) for s in state["slices"]] != slices:
-            raise ConfigError(f"this checkpoint's rollout state has Ray worker slices {state['slices']}; "
-                              f"this run has {slices}: resume with the same num_actors and worker count")
+        check_ray_rollout_state(state, self.slices)
         ray = _ray()
         ray.get([w.load_rollout_state.remote(blob) for w, blob in zip(self._ray_workers, state["workers"])])
         self.collector.tokens = list(state["tokens"])
@@ -404,65 +404,6 @@ class RayAgentMixin:
         if getattr(self, "_owns_ray", False) and ray.is_initialized():
             ray.shutdown()
             self._owns_ray = False
-
-
-def _init_ray(config: TrainingConfig, num_workers: int) -> bool:
-    """Connect to ``config.ray_address``, reuse a running Ray, or start one bound to loopback.
-
-    Returns True when this call started Ray (the agent then shuts it down on close).
-    """
-    if config.ray_address is None and not _loaded_ray_is_initialized():
-        if num_workers > (os.cpu_count() or 1):
-            log.warning("%d Ray rollout workers on %d CPUs: they will share cores (fewer num_actors, or a "
-                        "cluster via ray_address, gives each its own)", num_workers, os.cpu_count() or 1)
-        start_local_ray(num_workers)
-        return True
-    ray = _ray()
-    if not ray.is_initialized():
-        ray.init(address=config.ray_address, logging_level=logging.WARNING, log_to_driver=False)
-    _check_cpus(ray, num_workers)
-    return False
-
-
-def _loaded_ray_is_initialized() -> bool:
-    import sys
-
-    return "ray" in sys.modules and sys.modules["ray"] is not None and sys.modules["ray"].is_initialized()
-
-
-def start_local_ray(num_cpus: int, object_store_memory: int = LOCAL_OBJECT_STORE_BYTES):
-    """A single-node Ray whose servers listen on 127.0.0.1 only, without dashboard or usage reporting.
-
-    Ray binds its servers to the node IP; on Linux that is the routable address unless
-    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, which makes it loopback (read by Ray at import,
-    and by the daemons it spawns, so it is set in the environment and in the loaded module).
-    """
-    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED")}
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray = _ray()
-    from ray._private import ray_constants
-
-    cluster = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 object_store_memory=object_store_memory, logging_level=logging.WARNING, log_to_driver=False)
-    finally:  # the daemons have inherited it; later connections to real clusters must not
-        ray_constants.ENABLE_RAY_CLUSTER = cluster
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return ray
-
-
-def _check_cpus(ray, num_workers: int) -> None:
-    cpus = ray.cluster_resources().get("CPU", 0)
-    if cpus < num_workers:
-        raise ConfigError(f"the Ray cluster has {cpus:g} CPUs; backend=ray needs one per rollout worker "
-                          f"({num_workers} workers for num_actors): add CPUs or lower num_actors")
 
 
 class RayPPOAgent(RayAgentMixin, PPOAgent):

@@ -24,8 +24,9 @@ import time
 
 import torch
 
-from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.distributed.ray_backend import Slice, _init_ray, _ray, default_num_workers, worker_slices
+from echo_rl.config import TrainingConfig
+from echo_rl.distributed.ray_backend import Slice, check_ray_rollout_state, default_num_workers, worker_slices
+from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
 from echo_rl.training.dqn_agent import DQNAgent, EpsilonGreedy, build_q_network
 from echo_rl.training.offpolicy_replay import ReplayFeed, rollout_transitions, transition_example
@@ -147,13 +148,7 @@ class RayDQNAgent(DQNAgent):
                 "replay_npz": self.feed.state()}
 
     def load_rollout_state(self, state) -> None:
-        slices = [(s.start, s.stop) for s in self.slices]
-        if not isinstance(state, dict) or state.get("backend") != "ray":
-            raise ConfigError("this checkpoint's rollout state was written by backend=local; resume it with "
-                              "backend=local (weights and optimizer are compatible, envs mid-episode are not)")
-        if [tuple(s) for s in state["slices"]] != slices:
-            raise ConfigError(f"this checkpoint's rollout state has Ray worker slices {state['slices']}; this run "
-                              f"has {slices}: resume with the same num_actors and worker count")
+        check_ray_rollout_state(state, self.slices)
         _ray().get([w.load_rollout_state.remote(b) for w, b in zip(self._ray_workers, state["workers"])])
         self.feed.load_state(state["replay_npz"])
 

@@ -12,7 +12,7 @@ def local_ray():
     """One local Ray (2 CPUs, loopback) per test module; agents reuse it and leave it running."""
     import torch
 
-    from echo_rl.distributed.ray_backend import start_local_ray
+    from echo_rl.distributed.ray_cluster import start_local_ray
 
     torch.set_num_threads(1)
     ray = start_local_ray(num_cpus=2)
