@@ -87,16 +87,12 @@ class EngineBackbone(Backbone):
 
     def chat(self, messages: Sequence[Message], **sampling: Any) -> Completion:
         future, prompt, params = self._submit(messages, sampling)
-        return self._finish(_engine_errors(future.result), prompt, params)
+        return self._finish(future.result(), prompt, params)
 
     async def achat(self, messages: Sequence[Message], **sampling: Any) -> Completion:
         """As :meth:`chat`, awaited on any event loop (the engine runs on its own)."""
         future, prompt, params = self._submit(messages, sampling)
-        try:
-            result = await asyncio.wrap_future(future)
-        except ValueError as exc:
-            raise _as_config_error(exc) from None
-        return self._finish(result, prompt, params)
+        return self._finish(await asyncio.wrap_future(future), prompt, params)
 
     def snapshot(self) -> dict[str, float]:
         """The engine's counters (prefix-cache hit rate, tokens per second, ...)."""
@@ -105,21 +101,6 @@ class EngineBackbone(Backbone):
     def close(self) -> None:
         self.host.close()
         self.local.close()
-
-
-def _engine_errors(call: Any) -> Any:
-    try:
-        return call()
-    except ValueError as exc:
-        raise _as_config_error(exc) from None
-
-
-def _as_config_error(exc: ValueError) -> Exception:
-    from echo_rl.engine.request import ContextLengthError as EngineContextError
-
-    if isinstance(exc, EngineContextError):  # the episode outgrew the context: the runners fail that episode
-        return ContextLengthError(str(exc))
-    return exc
 
 
 def engine_backed(backbone: Backbone, max_concurrent: int = 64) -> Backbone:

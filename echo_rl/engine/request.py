@@ -18,13 +18,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from echo_rl.models.backbone import ContextLengthError
+
 if TYPE_CHECKING:
     from echo_rl.engine.model_runner import SequenceKV
     from echo_rl.engine.radix_cache import PrefixMatch
-
-
-class ContextLengthError(ValueError):
-    """A request needs more positions than the model's context holds."""
 
 
 class EngineClosedError(RuntimeError):

@@ -16,18 +16,14 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from echo_rl.config import ConfigError
-from echo_rl.models.backbone import (Backbone, Completion, Message, SamplingParams, TextDelta, TokenLogprob,
-                                     Usage, check_messages)
+from echo_rl.models.backbone import (Backbone, Completion, ContextLengthError, Message, SamplingParams, TextDelta,
+                                     TokenLogprob, Usage, check_messages)
 from echo_rl.utils.optional import require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Below this temperature sampling is greedy: logits / 1e-300 overflows to inf and softmax to NaN (vLLM's epsilon).
 GREEDY_BELOW = 1e-5
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
-
-
-class ContextLengthError(ConfigError):
-    """The prompt (plus requested tokens) does not fit the model's context."""
 
 
 def pick_device(device: str) -> str:
