@@ -22,7 +22,6 @@ from echo_rl.utils.optional import require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Below this temperature sampling is greedy: logits / 1e-300 overflows to inf and softmax to NaN (vLLM's epsilon).
-GREEDY_BELOW = 1e-5
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
@@ -155,6 +154,11 @@ class LocalBackbone(Backbone):
             gen.manual_seed(params.seed)
         else:
             gen.seed()
+        from echo_rl.engine.sampling import SamplingParams as TokenSampling
+        from echo_rl.engine.sampling import choose_token
+
+        # the engine's sampler (greedy below its MIN_TEMPERATURE, top-p): one way to pick a token everywhere
+        token_params = TokenSampling(max_new_tokens=max_new, temperature=params.temperature, top_p=params.top_p)
         past = None
         ids = torch.tensor([prompt_ids], device=self.device)
         for _ in range(max_new):
@@ -165,7 +169,7 @@ class LocalBackbone(Backbone):
                 past = out.past_key_values
                 logits = out.logits[0, -1].float().cpu()
             logp = torch.log_softmax(logits, dim=-1)
-            tok = self._sample(logits, params, gen)
+            tok, _ = choose_token(logits, token_params, gen)
             top = []
             if params.top_logprobs:
                 vals, idx = torch.topk(logp, params.top_logprobs)
@@ -174,19 +178,6 @@ class LocalBackbone(Backbone):
             if tok in self.eos_ids:
                 return
             ids = torch.tensor([[tok]], device=self.device)
-
-    def _sample(self, logits: Any, params: SamplingParams, gen: Any) -> int:
-        torch = self._torch
-        if params.temperature < GREEDY_BELOW:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            sorted_p, order = torch.sort(probs, descending=True)
-            keep = torch.cumsum(sorted_p, 0) - sorted_p < params.top_p
-            keep[0] = True  # the top token always stays (a top_p of 1e-300 is 0.0 in float32)
-            sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
-            return int(order[torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=gen)])
-        return int(torch.multinomial(probs, 1, generator=gen))
 
     def stream_ids(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[TextDelta | Completion]:
         """Yield text deltas (with the tokens they complete) as they become final, then the :class:`Completion`.
