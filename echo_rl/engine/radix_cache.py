@@ -22,6 +22,16 @@ from dataclasses import dataclass, field
 import torch
 
 
+def _shared_prefix(edge, tokens, start: int, limit: int) -> int:
+    """How many of ``edge``'s tokens equal ``tokens[start:limit]``, counted from the front."""
+    n = 0
+    for a, b in zip(edge, tokens[start:limit]):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 @dataclass(eq=False)
 class RadixNode:
     """One edge of the tree: ``tokens`` and the pool ``slots`` holding their KV."""
@@ -183,11 +193,7 @@ class KVCacheManager:
             child = node.children.get(tokens[i])
             if child is None:
                 break
-            n = 0
-            for a, b in zip(child.tokens, tokens[i:limit]):
-                if a != b:
-                    break
-                n += 1
+            n = _shared_prefix(child.tokens, tokens, i, limit)
             i += n
             if n < len(child.tokens):
                 break
@@ -212,11 +218,7 @@ class KVCacheManager:
             child = node.children.get(tokens[i])
             if child is None:
                 break
-            n = 0
-            for a, b in zip(child.tokens, tokens[i:limit]):
-                if a != b:
-                    break
-                n += 1
+            n = _shared_prefix(child.tokens, tokens, i, limit)
             if n == 0:
                 break
             if n < len(child.tokens):
