@@ -62,6 +62,25 @@ def run_sb3(args, fast_obs: bool) -> float:
     return model.num_timesteps / (time.perf_counter() - t)
 
 
+def env_steps_per_s(args) -> float:
+    """EchoRL's MiniGrid adapter alone: ``n_envs`` in-process envs under uniform random actions, best of 3."""
+    import numpy as np
+
+    from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
+
+    envs = make_vector_env(TASK, args.n_envs)
+    envs.reset(seed=actor_seeds(0, args.n_envs))
+    actions = np.random.default_rng(0).integers(0, 7, (3000, args.n_envs))
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        for a in actions:
+            envs.step(a)
+        best = max(best, actions.size / (time.perf_counter() - t))
+    envs.close()
+    return best
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timesteps", type=int, default=32768)
@@ -75,7 +94,12 @@ def main() -> None:
                    help="EchoRL's policy network (mlp = SB3 MlpPolicy's 64x64 shape)")
     p.add_argument("--vector-env", default="sync", choices=["sync", "async"],
                    help="EchoRL's env stepping: in-process or worker processes (SB3 uses its default DummyVecEnv)")
+    p.add_argument("--env-only", action="store_true",
+                   help="time EchoRL's env adapter alone (no learning): run it under PYTHONPATH=<other tree> to compare")
     args = p.parse_args()
+    if args.env_only:
+        print(f"{TASK}, {args.n_envs} envs, random actions: {env_steps_per_s(args):,.0f} env steps/s")
+        return
     torch.set_num_threads(args.threads)
     warm = argparse.Namespace(**{**vars(args), "timesteps": args.n_envs * args.n_steps})
     run_echo(warm), run_sb3(warm, False)  # first-use imports and allocations out of the timed runs
