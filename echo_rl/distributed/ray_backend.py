@@ -54,6 +54,27 @@ class WorkerNotReady(RuntimeError):
     """A worker was asked to collect before it was seeded (it was restarted behind the learner's back)."""
 
 
+def restart_error(j: int, part: Slice, max_restarts: int, exc: BaseException) -> RuntimeError:
+    """The one-line error of worker ``j`` failing beyond its restarts: names the worker and its envs."""
+    return RuntimeError(f"Ray worker {j} (envs {part.start}-{part.stop - 1}) failed and was not restarted "
+                        f"(max_restarts={max_restarts}): {type(exc).__name__}")
+
+
+def reseed_restarted(worker, token: int, deadline: float) -> None:
+    """``worker.reset(token)`` on a restarted Ray actor, retrying while Ray brings it back (until ``deadline``)."""
+    ray = _ray()
+    delay = 0.2
+    while True:
+        try:
+            ray.get(worker.reset.remote(token), timeout=max(deadline - time.monotonic(), 1.0))
+            return
+        except ray.exceptions.RayActorError:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)  # restarting: the actor is unavailable for a moment
+            delay = min(2 * delay, 2.0)
+
+
 @dataclass(frozen=True)
 class Slice:
     """Envs ``[start, stop)`` of the ``num_actors`` envs."""
@@ -230,9 +251,7 @@ class RemoteCollector:
                                    f"did not answer within {self.restart_timeout_s:.0f} s") from None
             except errors as exc:
                 if self.tokens[j] >= self.max_restarts or time.monotonic() > deadline:
-                    raise RuntimeError(f"Ray worker {j} (envs {self.slices[j].start}-{self.slices[j].stop - 1}) "
-                                       f"failed and was not restarted (max_restarts={self.max_restarts}): "
-                                       f"{type(exc).__name__}") from exc
+                    raise restart_error(j, self.slices[j], self.max_restarts, exc) from exc
                 self.tokens[j] += 1
                 log.warning("Ray worker %d failed (%s); recollecting its slice after restart %d",
                             j, type(exc).__name__, self.tokens[j])
@@ -240,17 +259,8 @@ class RemoteCollector:
 
     def _recollect(self, j: int, weights, version: int, deadline: float):
         """Re-seed the restarted worker and ask it again; wait while Ray brings it back."""
-        ray = _ray()
-        delay = 0.2
-        while True:
-            try:
-                ray.get(self.workers[j].reset.remote(self.tokens[j]), timeout=max(deadline - time.monotonic(), 1.0))
-                return self.workers[j].collect.remote(weights, version)
-            except ray.exceptions.RayActorError:
-                if time.monotonic() + delay > deadline:
-                    raise
-                time.sleep(delay)  # restarting: the actor is unavailable for a moment
-                delay = min(2 * delay, 2.0)
+        reseed_restarted(self.workers[j], self.tokens[j], deadline)
+        return self.workers[j].collect.remote(weights, version)
 
     def worker_pids(self) -> list[int]:
         ray = _ray()
