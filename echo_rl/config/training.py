@@ -71,9 +71,10 @@ class TrainingConfig(ConfigBase):
     ray_address: str | None = spec(None, help="Ray cluster address for backend=ray (None: start a local Ray)")
     ray_num_workers: int | None = spec(None, help="Ray rollout actors for backend=ray, each owning a slice of "
                                                   "the num_actors envs (None: num_actors // 8, at least 1)")
-    max_policy_lag: int | None = spec(None, help="asynchronous collection (impala): actors keep collecting while "
-                                                 "the learner updates, and unrolls more than this many updates old "
-                                                 "are dropped, the rest V-trace-corrected (None or 0: synchronous)",
+    max_policy_lag: int | None = spec(None, help="asynchronous collection (impala; text tasks on Ray): actors keep "
+                                                 "collecting while the learner updates, and unrolls (trajectories) "
+                                                 "more than this many updates old are dropped, impala's rest "
+                                                 "V-trace-corrected (None or 0: synchronous)",
                                       min=0)
     batch_size: int = spec(1024, help="transitions per learner update", min=1)
     device: str = spec("cpu", help="torch device: cpu, cuda, cuda:N or mps")
@@ -123,7 +124,7 @@ class TrainingConfig(ConfigBase):
                                             "(e.g. rnd)")
         if self.ray_num_workers is not None and not 1 <= self.ray_num_workers <= self.num_actors:
             self._fail("ray_num_workers", self.ray_num_workers, f"must be between 1 and num_actors={self.num_actors}")
-        if self.max_policy_lag and self.agent != "impala":
+        if self.max_policy_lag and self.agent != "impala" and not self.text_task:
             self._fail("max_policy_lag", self.max_policy_lag, f"asynchronous collection is built for the impala agent "
                                                               f"(V-trace); agent={self.agent!r} collects synchronously")
 
@@ -145,8 +146,17 @@ class TrainingConfig(ConfigBase):
                                                   "in echo-rl benchmark / the react and tot agents)")
         if self.agent not in ("ppo", "echo-rl"):
             self._fail("agent", self.agent, "text tasks train with ppo (GRPO) or echo-rl (ECHO + latent plan)")
-        if self.backend != "local":
-            self._fail("backend", self.backend, "text tasks run on the local backend only")
+        groups = self.num_actors // max(1, self.lm_config.group_size)
+        if self.backend == "ray" and self.ray_num_workers is not None and self.ray_num_workers > max(1, groups):
+            self._fail("ray_num_workers", self.ray_num_workers, f"text tasks split whole GRPO groups over the workers: "
+                                                                f"at most num_actors / lm_config.group_size = {groups}")
+        if self.max_policy_lag and self.backend != "ray":
+            self._fail("max_policy_lag", self.max_policy_lag, "text tasks generate ahead of the learner on Ray "
+                                                              "workers only: add backend=ray")
+        if self.max_policy_lag and self.max_policy_lag > self.lm_config.max_staleness:
+            self._fail("max_policy_lag", self.max_policy_lag, f"the learner refuses trajectories more than "
+                                                              f"lm_config.max_staleness={self.lm_config.max_staleness}"
+                                                              f" versions old: raise it too")
         if self.num_actors % self.lm_config.group_size:
             self._fail("num_actors", self.num_actors,
                        f"must be a multiple of lm_config.group_size={self.lm_config.group_size} (whole GRPO groups)")

@@ -13,7 +13,7 @@ and the rollout workers; the η_bw tracker it records into is the trainer's.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -40,11 +40,13 @@ class WeightUpdate:
 
 @dataclass
 class RolloutBatch:
-    """One update's worth of rollouts: the trajectories, the episodes that failed, the env steps they took."""
+    """One update's worth of rollouts: the trajectories, the episodes that failed, the env steps they took,
+    and the generator's own metrics for the update's row (a remote generator's ``async/*``)."""
 
     trajectories: list[TokenTrajectory]
     failed: list[Exception]
     steps: int
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class LMGenerator:

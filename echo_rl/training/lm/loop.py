@@ -133,8 +133,14 @@ class LMAgent(AgentBase):
         self.timings: dict[str, float] = {}
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
-        self.generator = LMGenerator(config.execution_config, self.renderer, self.rollout_config,
-                                     lm.eval_temperature, lambda held_out: self.env(held_out), self.bandwidth)
+        if config.backend == "ray":  # the same generator interface over Ray workers (distributed/ray_lm.py)
+            from echo_rl.distributed.ray_lm import RayLMGenerator, default_lm_workers
+
+            self.generator: Any = RayLMGenerator(config, self.rollout_config, self.bandwidth,
+                                                 default_lm_workers(config))
+        else:
+            self.generator = LMGenerator(config.execution_config, self.renderer, self.rollout_config,
+                                         lm.eval_temperature, lambda held_out: self.env(held_out), self.bandwidth)
 
     @property
     def finished(self) -> bool:
@@ -208,6 +214,7 @@ class LMAgent(AgentBase):
         row.update(judged)
         row.update(replayed)
         row.update(self._pending)
+        row.update(batch.metrics)
         self._pending = {}
         snap = self.generator.snapshot()
         row.update({"engine/kv_reuse_rate": snap["kv_reuse_rate"], "engine/eta_bw": self.bandwidth.eta_bw(),
