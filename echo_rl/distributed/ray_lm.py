@@ -240,7 +240,10 @@ class RayLMGenerator:
                                    f"it was more than max_policy_lag={self.max_lag} versions old")
             got = await self._collect(launched, None)
             steps, failed = steps + got.steps, failed + got.failed
+            g0 = 1 + max((t.group_id for t in trajs), default=-1)  # each call numbers its groups from 0
+            e0 = 1 + max((t.episode_id for t in trajs), default=-1)
             for t in got.trajectories:
+                t.group_id, t.episode_id = t.group_id + g0, t.episode_id + e0
                 lag = self.version - t.policy_version
                 lags.append(lag)
                 if lag > self.max_lag:

@@ -136,3 +136,31 @@ def test_split_and_config_rules():
         _cfg(backend="local", max_policy_lag=1)
     with pytest.raises(ConfigError, match="max_staleness"):
         _cfg(max_policy_lag=2)
+
+
+def test_batches_joined_after_a_drop_keep_their_groups_apart():
+    """A batch filled from two worker calls (the first partly stale) renumbers the second call's groups."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from echo_rl.distributed.ray_lm import RayLMGenerator
+    from echo_rl.training.lm.generator import RolloutBatch
+    from echo_rl.training.lm.rollout import RolloutConfig
+
+    def traj(group: int, version: int) -> SimpleNamespace:
+        return SimpleNamespace(group_id=group, episode_id=group, policy_version=version, num_turns=1)
+
+    gen = RayLMGenerator(_cfg(max_policy_lag=1), RolloutConfig(), BandwidthEfficiencyTracker(), 1)
+    gen.version = 3
+    calls = iter([RolloutBatch([traj(0, 3), traj(1, 0)], [], 2), RolloutBatch([traj(0, 3), traj(1, 3)], [], 2)])
+    gen._launch = lambda rng, **kw: [(0, None)]
+
+    async def collect(launched, rng):
+        return next(calls)
+
+    gen._collect = collect
+    batch = asyncio.run(gen.rollouts(np.random.default_rng(0), num_actors=2, group_size=1, batch_size=3, budget=4,
+                                     update=1, held_out_seed_base=10))
+    assert [t.group_id for t in batch.trajectories] == [0, 1, 2]
+    assert batch.metrics["async/dropped_stale"] == 1.0 and batch.steps == 4
