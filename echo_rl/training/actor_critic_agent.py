@@ -36,7 +36,8 @@ from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.models.policies import ActorCritic, build_actor_critic
 from echo_rl.training.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
-from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, evaluate_policy, torch_generator
+from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, evaluate_policy, sample_policy,
+                                     torch_generator)
 
 
 class ActorCriticAgent(ModularAgent, VectorAgentBase):
@@ -140,13 +141,8 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(obs, device=self.device)
 
-    @torch.no_grad()
     def _policy(self, obs: np.ndarray):
-        logits, values = self.network(self._obs(obs))
-        logp = torch.log_softmax(logits, -1)
-        actions = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(-1)
-        logprobs = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return actions.cpu().numpy(), logprobs.cpu().numpy(), values.cpu().numpy()
+        return sample_policy(self.network, self.generator, self._obs(obs))
 
     @torch.no_grad()
     def _value(self, obs: np.ndarray) -> np.ndarray:

@@ -21,8 +21,8 @@ import traceback
 
 import torch
 
-from echo_rl.training.async_actors import Unroll, sample_policy
-from echo_rl.training.rollout import EpisodeStats, VectorRolloutCollector
+from echo_rl.training.async_actors import Unroll
+from echo_rl.training.rollout import EpisodeStats, VectorRolloutCollector, sample_policy
 
 START_TIMEOUT_S = 600.0  # how long the learner waits for one rollout (includes the worker's start)
 
@@ -55,7 +55,7 @@ def _serve(conn, payload: bytes) -> None:
                     _, weights, version = msg
                     if weights is not None:
                         network.load_state_dict(weights)
-                    buf = collector.collect(lambda obs: sample_policy(network, generator, obs),
+                    buf = collector.collect(lambda obs: sample_policy(network, generator, torch.as_tensor(obs)),
                                             lambda obs: network.value(torch.as_tensor(obs)).detach().numpy())
                     stats, collector.stats = collector.stats, EpisodeStats()
                     conn.send(("unroll", Unroll.from_buffer(buf, collector.next_obs, version, stats)))

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector
+from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector, sample_policy
 
 #: per-step arrays an unroll carries (RolloutBuffer's fields)
 UNROLL_FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "final_values")
@@ -126,15 +126,6 @@ def gather_batch(take: Callable[[], Unroll], gate: StalenessGate, learner_versio
     return UnrollBatch(admitted), steps, metrics
 
 
-@torch.no_grad()
-def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: np.ndarray):
-    """Actions, their log-probabilities and values under ``network`` (the actor-critic agents' sampler)."""
-    logits, values = network(torch.as_tensor(obs))
-    logp = torch.log_softmax(logits, -1)
-    actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return actions.numpy(), logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1).numpy(), values.numpy()
-
-
 class LockstepSource:
     """Unrolls collected in the learner's thread, unroll ``k`` acting with the weights of ``lags(k)`` updates
     ago (at most ``keep`` updates, and no older than the run): a fixed, reproducible policy lag. A one-worker
@@ -157,7 +148,7 @@ class LockstepSource:
         version = max(min(self.history), self.version - self.lags(self.taken))
         self.taken += 1
         self.network.load_state_dict(self.history[version])
-        buf = self.collector.collect(lambda obs: sample_policy(self.network, self.generator, obs),
+        buf = self.collector.collect(lambda obs: sample_policy(self.network, self.generator, torch.as_tensor(obs)),
                                      lambda obs: self.network.value(torch.as_tensor(obs)).detach().numpy())
         stats, self.collector.stats = self.collector.stats, EpisodeStats()
         return Unroll.from_buffer(buf, self.collector.next_obs, version, stats)

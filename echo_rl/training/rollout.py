@@ -222,3 +222,14 @@ def torch_generator(seed: int) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(seed)
     return g
+
+
+@torch.no_grad()
+def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: torch.Tensor):
+    """Actions, their log-probabilities and values under an actor-critic ``network``: the one way the
+    actor-critic agents act, in process, in an actor process and on Ray workers alike."""
+    logits, values = network(obs)
+    logp = torch.log_softmax(logits, -1)
+    actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    logprobs = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    return actions.cpu().numpy(), logprobs.cpu().numpy(), values.cpu().numpy()
