@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from echo_rl.config import ConfigError, ExecutionConfig
+from echo_rl.engine.kv_budget import cache_tokens, kv_bytes_per_token
 from echo_rl.engine.radix_cache import KVCacheManager as _RadixKVCache
 
 __all__ = ["KVCacheManager", "cache_capacity_tokens"]
@@ -21,10 +22,8 @@ def cache_capacity_tokens(config: ExecutionConfig, num_layers: int, num_kv_heads
     """Tokens a radix cache may hold under ``config``: ``max_cache_size`` capped by ``kv_memory_budget_mb``
     divided by one token's K+V bytes (the engine's own rule). Without K/V rows (head_dim 0) only
     ``max_cache_size`` binds."""
-    bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
-    if bytes_per_token == 0:
-        return config.max_cache_size
-    return min(config.max_cache_size, int(config.kv_memory_budget_mb * 2**20) // bytes_per_token)
+    return cache_tokens(int(config.kv_memory_budget_mb * 2**20), config.max_cache_size,
+                        kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype))
 
 
 class KVCacheManager(_RadixKVCache):

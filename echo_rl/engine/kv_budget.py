@@ -17,16 +17,27 @@ import torch
 from echo_rl.engine.radix_cache import KVCacheManager, PrefixMatch
 
 
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """K and V bytes one cached token takes across every layer."""
+    return 2 * num_layers * num_kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
+
+
+def cache_tokens(budget_bytes: int, max_tokens: int, bytes_per_token: int) -> int:
+    """The engine's cache capacity rule: ``max_tokens``, capped by what ``budget_bytes`` of K/V holds (token
+    ids without K/V rows, ``bytes_per_token`` 0, are bound by ``max_tokens`` alone)."""
+    return max_tokens if bytes_per_token == 0 else min(max_tokens, budget_bytes // bytes_per_token)
+
+
 class KVBudget:
     """Owns the radix cache and sizes it by what the budget leaves after working KV."""
 
     def __init__(self, runner: Any, budget_mb: float, max_cache_tokens: int, device: torch.device) -> None:
-        self.bytes_per_token = 2 * len(runner.layers) * runner.num_kv_heads * runner.head_dim \
-            * torch.tensor([], dtype=runner.dtype).element_size()
+        self.bytes_per_token = kv_bytes_per_token(len(runner.layers), runner.num_kv_heads, runner.head_dim,
+                                                  runner.dtype)
         self.budget_bytes = int(budget_mb * 2**20)
         self.cache = KVCacheManager(len(runner.layers), runner.num_kv_heads, runner.head_dim,
-                                    min(max_cache_tokens, self.budget_bytes // self.bytes_per_token), runner.dtype,
-                                    device)
+                                    cache_tokens(self.budget_bytes, max_cache_tokens, self.bytes_per_token),
+                                    runner.dtype, device)
 
     @staticmethod
     def working_bytes(running: Sequence[Any]) -> int:
