@@ -45,20 +45,23 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    from echo_rl.models.loader import backbone_names
     from echo_rl.models.local import check_checkpoint_dir
+    from echo_rl.models.resolve import resolve_backbone
 
     if args.run_dir is not None:
         args.backbone = str(current_export(Path(args.run_dir)))
         args.model_name = args.model_name or Path(args.run_dir).name
 
-    if args.backbone not in backbone_names() and not args.backbone.startswith("tiny:"):
-        # not a name: a checkpoint directory, checked here so a typo is "does not exist", not "unknown backbone"
+    ref = resolve_backbone(args.backbone, strict=False)
+    if ref is None or ref.kind == "checkpoint":
+        # a checkpoint directory (or a typo of one), checked here so it reads "does not exist", not "unknown backbone"
         try:
             check_checkpoint_dir(Path(args.backbone).expanduser())
         except ConfigError as exc:
             raise ConfigError(f"--backbone={args.backbone!r} is invalid: {exc}") from None
-    backbone = load_backbone(args.backbone, device=args.device, dtype=args.dtype, max_context=args.max_context)
+    remote = ref is not None and ref.kind in ("api", "url")
+    backbone = None if remote else load_backbone(args.backbone, device=args.device, dtype=args.dtype,
+                                                 max_context=args.max_context)
     if not isinstance(backbone, LocalBackbone):
         raise ConfigError(f"--backbone={args.backbone!r} is invalid: serve needs a local checkpoint directory or "
                           "tiny / tiny:<preset> (API models are already served by their provider)")

@@ -129,6 +129,10 @@ def test_serve_cli_rejects_api_backbones(monkeypatch, capsys):
     assert main(["serve", "--backbone", "gpt-4o"]) == 2
     err = capsys.readouterr().err.strip()
     assert "serve needs a local checkpoint" in err and len(err.splitlines()) == 1
+    monkeypatch.delenv("OPENAI_API_KEY")  # refused by what the name is, before any key or endpoint is needed
+    for name in ("gpt-4o", "http://127.0.0.1:1/v1"):
+        assert main(["serve", "--backbone", name]) == 2
+        assert "serve needs a local checkpoint" in capsys.readouterr().err
     assert main(["serve", "--backbone", "tiny", "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
     assert main(["serve", "--backbone", "tiny", "--torch-threads", "-1"]) == 2
