@@ -37,6 +37,7 @@ from echo_rl.config import ConfigBase, spec
 from echo_rl.environments import registry
 from echo_rl.environments.base import (ENV_OUTPUT, WARNING, Segment, StepOutcome, TextEnvironment,
                                        data_dir_spec, make_config, max_steps_spec, resolve_data_dir, warning)
+from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.utils.optional import require
 
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
@@ -326,9 +327,14 @@ def _factory(**kw: Any) -> ALFWorldEnvironment:
     return ALFWorldEnvironment(ALFWorldConfig(**kw))
 
 
+_ALFWORLD = TaskFormat(  # the ReAct paper's two few-shot games stand in for the one-shot example
+    instruction="Reply with one action written as in the examples (e.g. 'go to cabinet 1'), and nothing else.",
+    example="", answer="", max_tokens=48)
+
+
 registry.register_text_env(
     "alfworld", _factory, train_config={"split": "valid_train"}, eval_config={"split": "valid_unseen"},
-    prompting=True, description="ALFWorld 2.1.1 household games (TextWorld PDDL)",
+    reply_format=_ALFWORLD, description="ALFWorld 2.1.1 household games (TextWorld PDDL)",
     data="game files: echo-rl env-data --download alfworld (or $ECHO_RL_ALFWORLD_DIR); needs the alfworld extra")
 
 __all__ = ["ALFWorldConfig", "ALFWorldEnvironment", "TASK_TYPES", "game_files", "game_meta", "to_213",

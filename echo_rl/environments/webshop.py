@@ -37,6 +37,7 @@ from echo_rl.environments import registry
 from echo_rl.environments import webshop_data as data
 from echo_rl.environments.base import (Segment, StepOutcome, TextEnvironment, data_dir_spec, env_output,
                                        make_config, max_steps_spec, resolve_data_dir, warning)
+from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.environments.webshop_reward import get_reward
 from echo_rl.utils.optional import require
 
@@ -413,8 +414,30 @@ def _factory(**kw: Any) -> WebShopEnvironment:
     return WebShopEnvironment(WebShopConfig(**kw))
 
 
+_WEBSHOP = TaskFormat(
+    instruction=("Reply with exactly one action and nothing else: search[your query] on a search page, or "
+                 "click[a button or option exactly as shown between [SEP] marks]."),
+    example=("WebShop [SEP] Instruction: [SEP] Find me a blue cotton t-shirt in size large, and price lower "
+             "than 30.00 dollars [SEP] Search"),
+    answer="search[blue cotton t-shirt large]",
+    thought="I should search for the product with its main attributes.",
+    more=(("Instruction: [SEP] Find me a blue cotton t-shirt in size large, and price lower than 30.00 dollars "
+           "[SEP] Back to Search [SEP] Page 1 (Total results: 2) [SEP] Next > [SEP] B0EXAMPLE1 [SEP] Cotton "
+           "Crew T-Shirt Blue [SEP] $18.50 [SEP] B0EXAMPLE2 [SEP] Wool Sweater Grey [SEP] $45.00",
+           "click[B0EXAMPLE1]"),
+          ("Instruction: [SEP] Find me a blue cotton t-shirt in size large, and price lower than 30.00 dollars "
+           "[SEP] Back to Search [SEP] < Prev [SEP] size [SEP] medium [SEP] large [SEP] Cotton Crew T-Shirt Blue "
+           "[SEP] Price: $18.50 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now",
+           "click[large]"),
+          ("Instruction: [SEP] Find me a blue cotton t-shirt in size large, and price lower than 30.00 dollars "
+           "[SEP] Back to Search [SEP] < Prev [SEP] size [SEP] medium [SEP] large [SEP] Cotton Crew T-Shirt Blue "
+           "[SEP] Price: $18.50 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now",
+           "click[Buy Now]")),
+    max_tokens=48)
+
+
 registry.register_text_env(
-    "webshop", _factory, prompting=True, description="WebShop: search, choose options, buy",
+    "webshop", _factory, reply_format=_WEBSHOP, description="WebShop: search, choose options, buy",
     data="items_ins_v2_1000.json ($ECHO_RL_WEBSHOP_DIR; echo-rl env-data --download webshop says how); without it a synthetic catalogue")
 
 __all__ = ["WebShopConfig", "WebShopEnvironment", "RuleBuyer", "SYNTHETIC_LABEL", "REAL_LABEL"]

@@ -2,7 +2,8 @@
 
 ``parity``: the observation names a number; answering ``even`` or ``odd`` correctly wins (reward 1).
 Training episodes draw numbers below 1000 and held-out evaluation numbers from 1000 up: the task's
-split, declared once in its registry entry. ``echo-rl --plugin parity_task eval --task parity ...``
+split, declared once in its registry entry, as is the reply format the prompting agents (ReAct, Act-only,
+ToT) ask for: one instruction, a one-shot example, stop strings and a token budget. ``echo-rl --plugin parity_task eval --task parity ...``
 (with this folder on ``PYTHONPATH``) imports this module, so ``parity`` is a task everywhere.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from echo_rl.config import ConfigBase, spec
 from echo_rl.environments.base import StepOutcome, TextEnvironment, env_output
 from echo_rl.environments.registry import register_text_env
+from echo_rl.environments.reply_format import TaskFormat
 
 
 @dataclass
@@ -41,6 +43,10 @@ class ParityEnvironment(TextEnvironment):
         return "odd" if self.number % 2 else "even"
 
 
+PARITY_REPLY = TaskFormat(instruction="Reply with one word, even or odd, and nothing else.",
+                          example="Is 7 even or odd?", answer="odd", thought="7 = 2 * 3 + 1, so it is odd.",
+                          stop=("\n",), max_tokens=4)
+
 register_text_env("parity", lambda **kw: ParityEnvironment(ParityConfig(**kw)),
-                  train_config={"split": "train"}, eval_config={"split": "test"},
+                  train_config={"split": "train"}, eval_config={"split": "test"}, reply_format=PARITY_REPLY,
                   description="say whether a number is even or odd", data="none: generated")

@@ -81,6 +81,21 @@ def test_parity_task_follows_the_text_contract_and_its_split():
     assert env_kwargs(cfg, held_out=False)["split"] == "train" and env_kwargs(cfg, held_out=True)["split"] == "test"
 
 
+def test_parity_task_registers_its_reply_format_for_the_prompting_agents():
+    import parity_task
+    from echo_rl.agents import build_agent
+    from echo_rl.agents.prompts import task_format
+    from echo_rl.environments.registry import make_env
+    from echo_rl.models import ScriptedBackbone
+
+    assert task_format("parity") is parity_task.PARITY_REPLY
+    env, backbone = make_env("parity", split="test"), ScriptedBackbone(lambda m: "odd")
+    build_agent("act", backbone, task="parity").run_episode(env, seed=3, max_steps=1)
+    system, example, answer, task = backbone.calls[0]
+    assert system["content"].endswith(parity_task.PARITY_REPLY.instruction)
+    assert (example["content"], answer["content"], task["content"]) == ("Is 7 even or odd?", "odd", env.reset(seed=3)[0])
+
+
 def test_cli_eval_accepts_the_plugin_task(capsys):
     assert main(["--plugin", "parity_task", "eval", "--task", "parity", "--agent", "act", "--backbone", "expert",
                  "--episodes", "3"]) == 0
