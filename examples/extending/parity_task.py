@@ -3,8 +3,9 @@
 ``parity``: the observation names a number; answering ``even`` or ``odd`` correctly wins (reward 1).
 Training episodes draw numbers below 1000 and held-out evaluation numbers from 1000 up: the task's
 split, declared once in its registry entry, as is the reply format the prompting agents (ReAct, Act-only,
-ToT) ask for: one instruction, a one-shot example, stop strings and a token budget. ``echo-rl --plugin parity_task eval --task parity ...``
-(with this folder on ``PYTHONPATH``) imports this module, so ``parity`` is a task everywhere.
+ToT) ask for: one instruction, a one-shot example, stop strings and a token budget.
+``echo-rl --plugin parity_task eval --task parity ...`` (with this folder on ``PYTHONPATH``) imports this
+module, so ``parity`` is a task everywhere.
 """
 
 from dataclasses import dataclass

@@ -93,7 +93,8 @@ def test_parity_task_registers_its_reply_format_for_the_prompting_agents():
     build_agent("act", backbone, task="parity").run_episode(env, seed=3, max_steps=1)
     system, example, answer, task = backbone.calls[0]
     assert system["content"].endswith(parity_task.PARITY_REPLY.instruction)
-    assert (example["content"], answer["content"], task["content"]) == ("Is 7 even or odd?", "odd", env.reset(seed=3)[0])
+    first_obs = env.reset(seed=3)[0]
+    assert (example["content"], answer["content"], task["content"]) == ("Is 7 even or odd?", "odd", first_obs)
 
 
 def test_cli_eval_accepts_the_plugin_task(capsys):
