@@ -60,13 +60,14 @@ def restart_error(j: int, part: Slice, max_restarts: int, exc: BaseException) ->
                         f"(max_restarts={max_restarts}): {type(exc).__name__}")
 
 
-def reseed_restarted(worker, token: int, deadline: float) -> None:
-    """``worker.reset(token)`` on a restarted Ray actor, retrying while Ray brings it back (until ``deadline``)."""
+def reseed_restarted(worker, token: int, deadline: float, *reset_args) -> None:
+    """``worker.reset(token, *reset_args)`` on a restarted Ray actor, retrying while Ray brings it back (until
+    ``deadline``)."""
     ray = _ray()
     delay = 0.2
     while True:
         try:
-            ray.get(worker.reset.remote(token), timeout=max(deadline - time.monotonic(), 1.0))
+            ray.get(worker.reset.remote(token, *reset_args), timeout=max(deadline - time.monotonic(), 1.0))
             return
         except ray.exceptions.RayActorError:
             if time.monotonic() + delay > deadline:

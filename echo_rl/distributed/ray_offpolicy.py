@@ -5,7 +5,9 @@ in-process agent seeds them), a copy of the Q network and a
 :class:`~echo_rl.distributed.client.ReplayClient` to the learner's
 :class:`~echo_rl.distributed.server.ReplayServer` at the address it was handed: shared memory when
 the server is on loopback (a local Ray), TCP with a shared secret when it listens on the node's IP
-(``ray_address``: a cluster). Per iteration the learner sends the weights and epsilon once
+(``ray_address``: a cluster). The learner makes that secret and hands it to each worker as an argument
+of its ``reset`` call (as it hands over the weights each iteration): an actor's constructor arguments
+are kept by Ray's control store (GCS) for restarts, a method call's arguments go to the actor alone. Per iteration the learner sends the weights and epsilon once
 (``ray.put``); the workers step their envs and stream every transition into the server while the
 learner draws batches from it and trains — gradient steps follow the env steps the server has stored
 (``train_frequency``) or the rate limiter (``samples_per_insert``) — and the learner collects the
@@ -56,9 +58,9 @@ class DQNWorker:
     Built unseeded and unconnected: :meth:`reset` seeds it and opens its writer, so a worker Ray
     restarted behind the learner's back refuses to collect (:class:`WorkerNotReady`) until re-seeded."""
 
-    def __init__(self, config: TrainingConfig, part: Slice, address: str, secret: str | None):
+    def __init__(self, config: TrainingConfig, part: Slice, address: str):
         torch.set_num_threads(max(1, config.torch_threads))
-        self.config, self.part, self.address, self.secret = config, part, address, secret
+        self.config, self.part, self.address = config, part, address
         self.envs = make_vector_env(config.env_name, part.size, **config.env_config)
         space = self.envs.single_observation_space
         self.example = transition_example(tuple(space.shape), space.dtype)
@@ -71,9 +73,12 @@ class DQNWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def reset(self, token: int) -> None:
+    def reset(self, token: int, secret: str | None = None) -> None:
         """Seed the envs and the epsilon sampler for restart count ``token`` (0: the in-process agent's seeds
-        for this slice) and connect a fresh writer: a new stream, so nothing of a predecessor's is resent."""
+        for this slice) and connect a fresh writer: a new stream, so nothing of a predecessor's is resent.
+
+        ``secret``: the replay server's shared secret, handed over here as a method argument (sent to this
+        actor alone, kept nowhere) rather than to the constructor, whose arguments the GCS keeps."""
         from echo_rl.distributed.client import ReplayClient
 
         seed = self.config.seed + RESEED_STRIDE * token
@@ -83,7 +88,7 @@ class DQNWorker:
         if self.writer is not None:
             self.writer.close()
         client_id = f"ray-worker-{self.part.start}" + (f"-restart{token}" if token else "")
-        self.writer = ReplayClient(self.address, self.example, client_id=client_id, secret=self.secret).connect()
+        self.writer = ReplayClient(self.address, self.example, client_id=client_id, secret=secret).connect()
         self.token = token
 
     def transport(self) -> str:
@@ -145,9 +150,9 @@ class RayDQNAgent(DQNAgent):
         self.collector = None
         ray = _ray()
         worker = ray.remote(num_cpus=1, max_restarts=self.max_restarts, max_task_retries=0)(DQNWorker)
-        self._ray_workers = [worker.remote(self.config, part, self.feed.address, self.feed.secret)
-                             for part in self.slices]
-        ray.get([w.reset.remote(0) for w in self._ray_workers])  # seeded and connected before the first iteration
+        self._ray_workers = [worker.remote(self.config, part, self.feed.address) for part in self.slices]
+        # seeded and connected before the first iteration; the secret travels in the call, not the actor spec
+        ray.get([w.reset.remote(0, self.feed.secret) for w in self._ray_workers])
         self._counted = self.feed.server.samples_added  # server samples already in env_steps
 
     @property
@@ -177,7 +182,8 @@ class RayDQNAgent(DQNAgent):
         self.tokens[j] += 1
         log.warning("Ray dqn worker %d failed (%s); collecting its env steps again after restart %d",
                     j, type(exc).__name__, self.tokens[j])
-        reseed_restarted(self._ray_workers[j], self.tokens[j], time.monotonic() + self.restart_timeout_s)
+        reseed_restarted(self._ray_workers[j], self.tokens[j], time.monotonic() + self.restart_timeout_s,
+                         self.feed.secret)
         return self._ray_workers[j].collect.remote(*collect_args)
 
     def train_iteration(self) -> dict[str, float]:

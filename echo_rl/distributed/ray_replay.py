@@ -13,6 +13,7 @@ for off-policy learners.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from typing import Any
 
 from echo_rl.distributed.limits import ServerLimits
@@ -30,22 +31,28 @@ class ReplayService:
     """Body of the Ray actor: a :class:`PrioritizedReplayBuffer` behind a :class:`ReplayServer`.
 
     ``host=None`` listens on the Ray node's IP (127.0.0.1 on a local, loopback-only Ray).
-    ``secret``: the shared secret every writer and learner must prove it knows (None: no
-    authentication; on a cluster the service listens on the node's IP, so set one there). It reaches
-    the actor as a constructor argument, which Ray keeps in its control store; clients take theirs
-    from ``secret=`` or ``$ECHORL_REPLAY_SECRET``. ``limits``: the server's
+    ``authenticate`` (default on): the service makes its own shared secret (``secrets.token_bytes``)
+    and every writer and learner must prove it knows it; :meth:`secret` hands it to whoever holds the
+    actor handle. Made here, not passed in, because an actor's constructor arguments are part of its
+    creation spec, which Ray's control store (GCS) keeps for the actor's lifetime, while a small method
+    return value goes straight back to the caller. ``limits``: the server's
     :class:`~echo_rl.distributed.limits.ServerLimits` (None: the defaults).
     ``buffer_kwargs`` go to the buffer (``alpha``, ``beta``, ``min_experiences``, ``seed``, ...).
     """
 
     def __init__(self, example: Any, capacity: int, host: str | None = None, port: int = 0, *,
-                 secret: str | bytes | None = None, limits: ServerLimits | None = None, **buffer_kwargs):
+                 authenticate: bool = True, limits: ServerLimits | None = None, **buffer_kwargs):
         ray = require("ray", "distributed")
         host = host or ray.util.get_node_ip_address()
         _check_limits(limits)
         self.buffer = PrioritizedReplayBuffer(capacity, example=example, **buffer_kwargs)
         limit_kwargs = dataclasses.asdict(limits) if limits is not None else {}
-        self.server = ReplayServer(self.buffer, host, port, secret=secret, **limit_kwargs).start()
+        self._secret = secrets.token_bytes(32) if authenticate else None
+        self.server = ReplayServer(self.buffer, host, port, secret=self._secret, **limit_kwargs).start()
+
+    def secret(self) -> bytes | None:
+        """The shared secret clients pass as ``secret=`` (None: the service was started without one)."""
+        return self._secret
 
     def address(self) -> tuple[str, int]:
         return self.server.address
@@ -65,17 +72,21 @@ class ReplayService:
 
 
 def start_replay_service(example: Any, capacity: int, *, host: str | None = None, port: int = 0,
-                         num_cpus: float = 1, max_restarts: int = 0, secret: str | bytes | None = None,
+                         num_cpus: float = 1, max_restarts: int = 0, authenticate: bool = True,
                          limits: ServerLimits | None = None, **buffer_kwargs):
-    """Start the service as a Ray actor on a running Ray; returns ``(actor, (host, port))``.
+    """Start the service as a Ray actor on a running Ray; returns ``(actor, (host, port), secret)``.
 
-    ``secret`` and ``limits`` go to the server (see :class:`ReplayService`).
+    ``secret`` is the one the actor made (None with ``authenticate=False``), fetched as the return value
+    of ``actor.secret``: give it to writers as a method or task argument (``ReplayClient(..., secret=)``),
+    never as an actor constructor argument or a ``runtime_env`` variable, which the GCS keeps.
+    ``limits`` goes to the server (see :class:`ReplayService`).
 
-    A restarted service (``max_restarts`` > 0) starts with an empty buffer on a new port: writers
-    must be given the new address, which is why restarts are off by default.
+    A restarted service (``max_restarts`` > 0) starts with an empty buffer on a new port and with a new
+    secret: writers must be given both again, which is why restarts are off by default.
     """
     ray = require("ray", "distributed")
     _check_limits(limits)  # here, not as the actor's construction error
     actor_cls = ray.remote(num_cpus=num_cpus, max_restarts=max_restarts)(ReplayService)
-    actor = actor_cls.remote(example, capacity, host, port, secret=secret, limits=limits, **buffer_kwargs)
-    return actor, tuple(ray.get(actor.address.remote()))
+    actor = actor_cls.remote(example, capacity, host, port, authenticate=authenticate, limits=limits, **buffer_kwargs)
+    address, secret = ray.get([actor.address.remote(), actor.secret.remote()])
+    return actor, tuple(address), secret

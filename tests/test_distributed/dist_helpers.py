@@ -36,3 +36,39 @@ class RecordingBuffer(PrioritizedReplayBuffer):
 
     def all_keys(self) -> np.ndarray:
         return np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+
+
+def spy_actor_creation(monkeypatch, ray) -> list:
+    """Record every Ray actor's constructor arguments (what its creation spec, kept by the GCS, carries):
+    ``ray.remote(**options)(cls).remote(*args, **kwargs)`` appends ``(cls.__name__, args, kwargs)``."""
+    created: list = []
+    real = ray.remote
+
+    def remote(*args, **options):
+        if args:  # bare @ray.remote: not how EchoRL creates actors
+            return real(*args, **options)
+        decorate = real(**options)
+
+        def wrap(cls):
+            actor_cls = decorate(cls)
+
+            class Spy:
+                def remote(self, *a, **kw):
+                    created.append((cls.__name__, a, kw))
+                    return actor_cls.remote(*a, **kw)
+
+            return Spy()
+
+        return wrap
+
+    monkeypatch.setattr(ray, "remote", remote)
+    return created
+
+
+def holds(args, secret) -> bool:
+    """Whether ``secret`` (str or bytes) appears anywhere in ``args`` once pickled, as Ray serializes them."""
+    import pickle
+
+    data = pickle.dumps(args)
+    raw = secret.encode() if isinstance(secret, str) else secret
+    return raw in data or (isinstance(secret, bytes) and secret.hex().encode() in data)

@@ -270,15 +270,16 @@ def test_replay_service_actor_takes_samples_from_ray_writers(local_ray):
     from echo_rl.distributed.ray_replay import start_replay_service
 
     example = {"obs": np.zeros(4, np.float32), "key": np.zeros(1, np.int64)}
-    service, address = start_replay_service(example, 4096, num_cpus=0, min_experiences=1, seed=0)
+    service, address, secret = start_replay_service(example, 4096, num_cpus=0, min_experiences=1, seed=0)
     assert address[0] == "127.0.0.1"  # the loopback-only local Ray's node address
 
-    def write(writer: int, n: int) -> int:
+    def write(writer: int, n: int, secret: bytes) -> int:  # the secret: a task argument, never in the GCS
         import numpy as np
 
         from echo_rl.distributed import ReplayClient
 
-        with ReplayClient(address, {"obs": np.zeros(4, np.float32), "key": np.zeros(1, np.int64)}) as client:
+        with ReplayClient(address, {"obs": np.zeros(4, np.float32), "key": np.zeros(1, np.int64)},
+                          secret=secret) as client:
             for i in range(n):
                 client.send({"obs": np.full(4, writer, np.float32), "key": np.array([writer * 10_000 + i])})
             client.flush(wait=True, timeout=30)
@@ -286,7 +287,7 @@ def test_replay_service_actor_takes_samples_from_ray_writers(local_ray):
 
     writer = local_ray.remote(num_cpus=0)(write)
     try:
-        assert local_ray.get([writer.remote(w, 300) for w in (1, 2)], timeout=120) == [300, 300]
+        assert local_ray.get([writer.remote(w, 300, secret) for w in (1, 2)], timeout=120) == [300, 300]
         m = local_ray.get(service.metrics.remote())
         assert m["replay/buffer_size"] == 600 and m["replay/samples_added"] == 600
         batch = local_ray.get(service.sample.remote(32, timeout=10))

@@ -47,7 +47,7 @@ def test_a_restarted_worker_is_reseeded_from_run_seed_slot_and_restart_count():
     part = worker_slices(4, 2)[1]
 
     def started(token: int):
-        worker = DQNWorker(cfg, part, feed.address, None)
+        worker = DQNWorker(cfg, part, feed.address)
         try:
             worker.reset(token)
             return worker.collector.next_obs.copy(), int(worker.actor.rng.integers(1 << 30)), worker.writer.client_id
@@ -62,7 +62,7 @@ def test_a_restarted_worker_is_reseeded_from_run_seed_slot_and_restart_count():
         assert not np.array_equal(first[0], other[0]) and first[1] != other[1]
         shifted = VectorRolloutCollector(probe, 1, actor_seeds(cfg.seed + RESEED_STRIDE, 4)).next_obs[2:4]
         assert np.array_equal(first[0], shifted) and first[2] == "ray-worker-2-restart1"
-        unseeded = DQNWorker(cfg, part, feed.address, None)  # as Ray restarts it, before the learner re-seeds it
+        unseeded = DQNWorker(cfg, part, feed.address)  # as Ray restarts it, before the learner re-seeds it
         try:
             with pytest.raises(WorkerNotReady, match="not seeded"):
                 unseeded.collect({}, 1.0, 1)
@@ -71,6 +71,62 @@ def test_a_restarted_worker_is_reseeded_from_run_seed_slot_and_restart_count():
     finally:
         probe.close()
         feed.close()
+
+
+def _secret_feed(cfg):
+    """The learner's feed as on a cluster: listening off 127.0.0.1 (127.0.0.2, still this host), so with a secret."""
+    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.training.offpolicy_replay import ReplayFeed, transition_example
+
+    probe = make_vector_env(cfg.env_name, 1)
+    space = probe.single_observation_space
+    probe.close()
+    return ReplayFeed(cfg, transition_example(tuple(space.shape), space.dtype), host="127.0.0.2")
+
+
+def test_a_worker_connects_with_the_secret_its_reset_call_hands_it():
+    from echo_rl.distributed import ReplayServerError
+    from echo_rl.distributed.ray_backend import worker_slices
+    from echo_rl.distributed.ray_offpolicy import DQNWorker
+
+    cfg = ray_config()
+    feed = _secret_feed(cfg)
+    worker = DQNWorker(cfg, worker_slices(4, 2)[0], feed.address)
+    try:
+        assert feed.secret
+        with pytest.raises(ReplayServerError, match="requires a shared secret"):
+            worker.reset(0)
+        with pytest.raises(ReplayServerError, match="wrong shared secret"):
+            worker.reset(0, "0" * 32)
+        worker.reset(0, feed.secret)
+        assert worker.transport() == "tcp"
+    finally:
+        worker.close()
+        feed.close()
+
+
+@needs_ray
+def test_ray_workers_get_the_secret_in_a_call_not_their_creation_args(local_ray, monkeypatch):
+    """A Ray actor's constructor arguments stay in the GCS; the workers' hold no secret, yet they write."""
+    from dist_helpers import holds, spy_actor_creation
+
+    from echo_rl.distributed.ray_offpolicy import RayDQNAgent
+
+    class ClusterFeedAgent(RayDQNAgent):
+        def make_feed(self):
+            self._owns_ray = False
+            return _secret_feed(self.config)
+
+    created = spy_actor_creation(monkeypatch, local_ray)
+    agent = ClusterFeedAgent(ray_config(), CPU)
+    try:
+        assert agent.feed.secret and [c[0] for c in created] == ["DQNWorker", "DQNWorker"]
+        assert not any(holds((args, kwargs), agent.feed.secret) for _, args, kwargs in created)
+        assert local_ray.get([w.transport.remote() for w in agent.workers]) == ["tcp", "tcp"]
+        agent.train_iteration()
+        assert agent.env_steps == agent.feed.server.samples_added == 128
+    finally:
+        agent.close()
 
 
 @needs_ray
