@@ -1,4 +1,4 @@
-"""DQN's pure pieces: the TD target, the importance-weighted TD loss, the epsilon schedule.
+"""DQN's pure pieces: the TD target, the importance-weighted TD loss, the epsilon and beta schedules.
 
 The target of a transition (s, a, r, s', terminated) is
 
@@ -71,4 +71,11 @@ def linear_epsilon(start: float, end: float, duration: float, step: float) -> fl
         min(end, start + (end - start) * step / duration)
 
 
-__all__ = ["DQNLoss", "LOSSES", "dqn_loss", "linear_epsilon", "td_targets"]
+def annealed_beta(start: float, horizon: float, step: float) -> float:
+    """PER's importance exponent (Schaul et al. 2016): ``start`` at step 0, linearly to 1 at ``horizon``, then 1."""
+    if horizon <= 0:
+        return 1.0
+    return min(1.0, start + (1.0 - start) * step / horizon)
+
+
+__all__ = ["DQNLoss", "LOSSES", "annealed_beta", "dqn_loss", "linear_epsilon", "td_targets"]

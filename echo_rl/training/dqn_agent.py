@@ -1,7 +1,9 @@
 """DQN for vector environments (``--agent dqn``), in CleanRL's dqn.py shape, learning through the replay service.
 
 Acting: ``num_actors`` envs step with an epsilon-greedy policy over the online Q network; epsilon falls
-linearly from ``start_e`` to ``end_e`` over ``exploration_fraction`` of ``total_timesteps``. Every env
+linearly from ``start_e`` to ``end_e`` over ``exploration_fraction`` of the schedule horizon (the first
+run's ``total_timesteps``, kept in the checkpoint: a resume with another budget neither re-stretches nor
+squeezes exploration; past the horizon epsilon stays ``end_e`` and beta 1). Every env
 step's transitions go to the learner's :class:`~echo_rl.distributed.server.ReplayServer` through a
 shared-memory :class:`~echo_rl.distributed.client.ReplayClient` (acknowledged before the learner draws,
 so a run is a function of its seed); nothing reaches the learner any other way.
@@ -11,7 +13,7 @@ gradient step per ``train_frequency`` env steps (or, with ``replay_config.sample
 as the rate limiter allows) on ``minibatch_size`` transitions drawn by priority; the loss is
 :func:`echo_rl.algorithms.dqn.dqn_loss` against (Double) DQN targets of a target network updated every
 ``target_network_frequency`` gradient steps (``tau``: copy or Polyak), weighted by PER's importance
-weights with beta annealed from ``importance_sampling_beta`` to 1 over the run, and each drawn
+weights with beta annealed from ``importance_sampling_beta`` to 1 over the horizon, and each drawn
 transition's priority becomes its ``|TD error|``.
 
 One trainer iteration spans ``steps_per_update`` env steps (``train_frequency`` or ``batch_size`` of
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from echo_rl.algorithms.dqn import dqn_loss, linear_epsilon, td_targets
+from echo_rl.algorithms.dqn import annealed_beta, dqn_loss, linear_epsilon, td_targets
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.models.encoders import default_encoder, layer_init, make_encoder
@@ -129,6 +131,8 @@ class DQNAgent(VectorAgentBase):
             self.env_steps = 0
             self.updates = 0
             self.grad_credit = 0.0  # gradient steps owed by the env steps so far (train_frequency schedule)
+            # the env steps the epsilon and beta schedules span: this run's budget, or a resumed run's first
+            self.schedule_timesteps = int(config.total_timesteps)
             self.feed = self.make_feed()
             self.start_acting(envs)
         except BaseException:
@@ -149,14 +153,13 @@ class DQNAgent(VectorAgentBase):
     @property
     def epsilon(self) -> float:
         d = self.dqn
-        return linear_epsilon(d.start_e, d.end_e, d.exploration_fraction * self.config.total_timesteps,
-                              self.env_steps)
+        return linear_epsilon(d.start_e, d.end_e, d.exploration_fraction * self.schedule_timesteps, self.env_steps)
 
     @property
     def beta(self) -> float:
-        """PER's importance exponent, annealed linearly to 1 over the run (Schaul et al. 2016)."""
-        b0 = self.config.replay_config.importance_sampling_beta
-        return min(1.0, b0 + (1.0 - b0) * self.env_steps / self.config.total_timesteps)
+        """PER's importance exponent, annealed linearly to 1 over the schedule horizon (Schaul et al. 2016)."""
+        return annealed_beta(self.config.replay_config.importance_sampling_beta, self.schedule_timesteps,
+                             self.env_steps)
 
     def train_iteration(self) -> dict[str, float]:
         end = self.env_steps + self.config.steps_per_update
@@ -246,7 +249,8 @@ class DQNAgent(VectorAgentBase):
     def state_dict(self) -> dict:
         return {"network": self.q.state_dict(), "target_network": self.target.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "actor_rng": self.actor.rng.bit_generator.state,
-                "env_steps": self.env_steps, "updates": self.updates, "grad_credit": self.grad_credit}
+                "env_steps": self.env_steps, "updates": self.updates, "grad_credit": self.grad_credit,
+                "schedule_timesteps": self.schedule_timesteps}
 
     def load_state_dict(self, state: dict) -> None:
         self.q.load_state_dict(state["network"])
@@ -255,6 +259,9 @@ class DQNAgent(VectorAgentBase):
         self.actor.rng.bit_generator.state = state["actor_rng"]
         self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
         self.grad_credit = float(state["grad_credit"])
+        # the schedules keep the horizon the run started with, whatever budget the resume was given
+        # (a checkpoint from before the horizon was saved: this run's budget)
+        self.schedule_timesteps = int(state.get("schedule_timesteps", self.config.total_timesteps))
 
     def rollout_state(self) -> dict:
         """The envs mid-episode and the replay's contents (None when too large: the resumed replay starts empty)."""

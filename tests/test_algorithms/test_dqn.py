@@ -1,11 +1,11 @@
-"""DQN's pure pieces on hand-computed cases: TD targets (DQN, Double DQN), weighted Huber/MSE, epsilon."""
+"""DQN's pure pieces on hand-computed cases: TD targets (DQN, Double DQN), weighted Huber/MSE, epsilon, beta."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from echo_rl.algorithms.dqn import dqn_loss, linear_epsilon, td_targets
+from echo_rl.algorithms.dqn import annealed_beta, dqn_loss, linear_epsilon, td_targets
 
 REWARDS = torch.tensor([1.0, 0.0, 0.5])
 TERMINATED = torch.tensor([0.0, 1.0, 0.0])
@@ -62,3 +62,10 @@ def test_linear_epsilon_decays_then_holds():
     assert linear_epsilon(1.0, 0.1, 100, 100) == pytest.approx(0.1)
     assert linear_epsilon(1.0, 0.1, 100, 1000) == pytest.approx(0.1)
     assert linear_epsilon(1.0, 0.1, 0, 0) == 0.1
+
+
+def test_annealed_beta_rises_to_one_then_holds():
+    assert annealed_beta(0.4, 100, 0) == 0.4
+    assert annealed_beta(0.4, 100, 50) == pytest.approx(0.7)
+    assert annealed_beta(0.4, 100, 100) == 1.0 and annealed_beta(0.4, 100, 1000) == 1.0
+    assert annealed_beta(0.4, 0, 0) == 1.0

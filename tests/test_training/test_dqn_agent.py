@@ -151,3 +151,43 @@ def test_cartpole_vectors_get_an_mlp_q_network():
         assert agent.feed.server.samples_added == agent.env_steps == 64
     finally:
         agent.close()
+
+
+def test_a_resume_with_a_larger_budget_keeps_the_first_runs_epsilon_and_beta_schedule(tmp_path):
+    """The schedules span the first run's budget (512 env steps): cut at 128 and resumed with 1024, epsilon
+    and beta follow the 512-step plan at every step, then stay at end_e and 1 past it."""
+    from echo_rl.algorithms.dqn import annealed_beta, linear_epsilon
+
+    first_config = small_config(total_timesteps=512)
+    run = RunDirectory(tmp_path / "run", first_config)
+    run.create()
+    seen = []  # (env steps, epsilon, beta) at the end of each iteration
+    first = build_agent(first_config, CPU)
+    try:
+        for _ in range(2):
+            row = first.train_iteration()
+            seen.append((first.env_steps, row["dqn/epsilon"], row["dqn/beta"]))
+        run.save_checkpoint(first.env_steps, first.state_dict(), first.rollout_state())
+    finally:
+        first.close()
+    resumed = build_agent(small_config(total_timesteps=1024), CPU)
+    try:
+        run.load_newest(lambda payload, rollout: (resumed.load_state_dict(payload["state"]),
+                                                  resumed.load_rollout_state(rollout)))
+        acted = []  # the epsilon the actors were given before each collection step
+        collect = resumed.collector.run
+        resumed.collector.run = lambda actor: (acted.append((resumed.env_steps, actor.epsilon)), collect(actor))[1]
+        for _ in range(8):
+            row = resumed.train_iteration()
+            seen.append((resumed.env_steps, row["dqn/epsilon"], row["dqn/beta"]))
+        kept = resumed.state_dict().get("schedule_timesteps")
+    finally:
+        resumed.close()
+    d = first_config.dqn_config
+    planned = lambda step: (linear_epsilon(d.start_e, d.end_e, d.exploration_fraction * 512, step),  # noqa: E731
+                            annealed_beta(first_config.replay_config.importance_sampling_beta, 512, step))
+    assert [s for s, _, _ in seen] == list(range(64, 641, 64))
+    assert [(e, b) for _, e, b in seen] == [planned(s) for s, _, _ in seen]
+    assert [e for _, e in acted] == [planned(s)[0] for s, _ in acted] and len(acted) == 8 * 64 // 4
+    assert seen[-1][1:] == (d.end_e, 1.0) and seen[1][1] > d.end_e  # decayed on the first run's plan, then held
+    assert kept == 512  # and a checkpoint of the resumed run keeps it for the next resume
