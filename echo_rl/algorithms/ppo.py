@@ -20,14 +20,21 @@ class PPOLossTerms:
 def ppo_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, old_logprobs: torch.Tensor,
              old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, *,
              clip_epsilon: float, value_loss_coef: float, entropy_coef: float, kl_coef: float = 0.0,
-             value_clip: float | None = None, normalize_advantages: bool = True) -> PPOLossTerms:
+             value_clip: float | None = None, normalize_advantages: bool = True,
+             distribution=None) -> PPOLossTerms:
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus + kl_coef * KL(old||new).
 
-    ``approx_kl`` is the low-variance estimator E[(r - 1) - log r] (Schulman's k3).
+    ``approx_kl`` is the low-variance estimator E[(r - 1) - log r] (Schulman's k3). ``logits`` are a
+    categorical's, unless ``distribution`` is a continuous one (``echo_rl.models.distributions``):
+    then they are its parameters and it gives the log-probabilities and the entropy.
     """
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logprobs = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+    if getattr(distribution, "continuous", False):
+        logprobs = distribution.log_prob(logits, actions)
+        entropy = distribution.entropy(logits).mean()
+    else:
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logprobs = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
     log_ratio = logprobs - old_logprobs
     ratio = log_ratio.exp()
     if normalize_advantages and advantages.numel() > 1:

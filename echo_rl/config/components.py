@@ -28,6 +28,8 @@ class PPOConfig(ConfigBase):
     target_kl: float | None = spec(None, help="stop the epoch loop once approx KL exceeds this (None: never)")
     value_clip: float | None = spec(0.2, help="clip value updates to +-value_clip around the old value (None: off)")
     normalize_advantages: bool = spec(True, help="normalise advantages per minibatch")
+    scale_rewards: bool = spec(False, help="divide the learner's rewards by the running std of the discounted "
+                                            "return, clipped to +-10 (PPO; continuous control: Pendulum)")
     anneal_lr: bool = spec(True, help="anneal the learning rate linearly to 0 over training")
 
     def validate(self) -> None:

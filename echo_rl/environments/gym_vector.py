@@ -3,9 +3,10 @@
 Task names (``TrainingConfig.env_name``, ``--task``; parsed by
 :func:`echo_rl.environments.registry.gym_task`):
 
-- ``gym:<EnvId>``: any gymnasium env with a Box observation and Discrete
-  actions; the classic-control ids (``CartPole-v1``, ``Acrobot-v1``,
-  ``MountainCar-v0``) are accepted bare;
+- ``gym:<EnvId>``: any gymnasium env with a Box observation and Discrete or
+  (for PPO) 1-D Box actions; the classic-control ids (``CartPole-v1``,
+  ``Acrobot-v1``, ``MountainCar-v0``, ``Pendulum-v1``,
+  ``MountainCarContinuous-v0``) are accepted bare;
 - ``minigrid-pixels:<EnvId>``: MiniGrid's egocentric view rendered as RGB
   (7 tiles x 8 px = 56x56x3 uint8), for the pixel encoders;
 - ``atari:<Game>`` (e.g. ``atari:Pong``, or ``atari:ALE/Pong-v5``): ALE via
@@ -13,7 +14,13 @@ Task names (``TrainingConfig.env_name``, ``--task``; parsed by
   standard preprocessing of Mnih et al. 2015: 30 no-op starts, frame skip 4
   (max over the last two frames), 84x84 grayscale, 4 stacked frames, sticky
   actions off (v5's default 0.25 is kept only if ``repeat_action_probability``
-  is given), episodes end at game over.
+  is given), episodes end at game over;
+- ``dmc:<domain>-<task>`` / ``dmc-pixels:<domain>-<task>``: the DeepMind Control
+  Suite from states or pixels (:mod:`echo_rl.environments.dmc`,
+  ``pip install 'echo-rl[dmc]'``).
+
+Box actions reach the env through :class:`ClipToBounds`: the agent's unbounded
+Gaussian draws are clipped to the action space's bounds there and nowhere else.
 
 Envs are vectorised like MiniGrid's (same-step autoreset, ``final_obs`` in
 ``info``; seeds from :func:`echo_rl.environments.minigrid_vector.actor_seeds`),
@@ -27,6 +34,7 @@ import functools
 import pickle
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import VectorEnv
 
 from echo_rl.config import ConfigError
@@ -57,6 +65,19 @@ class Snapshotting(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.__dict__.update(state)
         if ale_state is not None:
             self.env.unwrapped.restore_state(ale_state)
+
+
+class ClipToBounds(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
+    """Clips Box actions to the space's bounds; unlike gymnasium's ClipAction it keeps the bounded space, so
+    the agent and the env checker still see the task's real action space."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ActionWrapper.__init__(self, env)
+
+    def action(self, action):
+        space = self.action_space
+        return np.clip(np.asarray(action, dtype=space.dtype), space.low, space.high)
 
 
 def _make(env_id: str, **kwargs) -> gym.Env:
@@ -102,10 +123,14 @@ def make_gym_env(task: str, **env_kwargs) -> gym.Env:
     parsed = gym_task(task)
     if parsed is None:
         raise ConfigError(f"task {task!r} is not a gymnasium task (gym:<EnvId>, minigrid-pixels:<EnvId>, "
-                          f"atari:<Game>)")
+                          f"atari:<Game>, dmc:<domain>-<task>, dmc-pixels:<domain>-<task>)")
     family, env_id = parsed
     if family == "minigrid-pixels":
         env = make_minigrid_pixels(env_id, **env_kwargs)
+    elif family in ("dmc", "dmc-pixels"):
+        from echo_rl.environments.dmc import make_dmc_env
+
+        env = make_dmc_env(env_id, pixels=family == "dmc-pixels", **env_kwargs)
     elif family == "atari":
         env = make_atari(atari_id(env_id), **env_kwargs)
     else:
@@ -114,6 +139,8 @@ def make_gym_env(task: str, **env_kwargs) -> gym.Env:
         name = type(env.observation_space).__name__
         env.close()
         raise ConfigError(f"task {task!r} has {name} observations; the vector agents read Box (array) observations")
+    if isinstance(env.action_space, gym.spaces.Box):
+        env = ClipToBounds(env)
     return Snapshotting(env)
 
 
@@ -127,4 +154,4 @@ def make_gym_vector_env(task: str, num_envs: int, asynchronous: bool = False, **
     return _vector_env([factory] * num_envs, asynchronous)
 
 
-__all__ = ["Snapshotting", "atari_id", "make_atari", "make_gym_env", "make_gym_vector_env", "make_minigrid_pixels"]
+__all__ = ["ClipToBounds", "Snapshotting", "atari_id", "make_atari", "make_gym_env", "make_gym_vector_env", "make_minigrid_pixels"]

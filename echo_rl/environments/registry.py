@@ -3,8 +3,9 @@
 Vector tasks (small policies) are MiniGrid ids: ``minigrid`` (DoorKey-5x5),
 ``minigrid:<EnvId>`` or a bare ``MiniGrid-...`` / ``BabyAI-...`` id, and the
 gymnasium tasks of :mod:`echo_rl.environments.gym_vector`: ``gym:<EnvId>``
-(classic-control ids also bare: ``CartPole-v1``), ``minigrid-pixels:<EnvId>``
-and ``atari:<Game>``.
+(classic-control ids also bare: ``CartPole-v1``, ``Pendulum-v1``), ``minigrid-pixels:<EnvId>``,
+``atari:<Game>`` and the DeepMind Control Suite's ``dmc:<domain>-<task>`` /
+``dmc-pixels:<domain>-<task>``.
 
 Text tasks (language-model agents) are :class:`TaskSpec` entries: the factory
 and what the rest of EchoRL needs to know about the task (its training and
@@ -38,8 +39,8 @@ BUILTIN_TASK_MODULES = ("echo_rl.environments.alfworld", "echo_rl.environments.w
                         "echo_rl.environments.minigrid")
 
 #: gymnasium task families (``family:<id>``) and the classic-control ids accepted without ``gym:``
-GYM_FAMILIES = ("gym", "minigrid-pixels", "atari")
-CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
+GYM_FAMILIES = ("gym", "minigrid-pixels", "atari", "dmc", "dmc-pixels")
+CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
 
 REGISTER_HINT = "register your own with echo_rl.environments.registry.register_text_env(name, factory)"
 
@@ -204,6 +205,11 @@ def gym_task(task: str) -> tuple[str, str] | None:
 def _check_gym_task(task: str, family: str, env_id: str) -> None:
     import gymnasium as gym
 
+    if family in ("dmc", "dmc-pixels"):
+        from echo_rl.environments.dmc import check_name
+
+        check_name(env_id, family)
+        return
     if family == "atari":
         from echo_rl.environments.gym_vector import atari_id, import_ale
 
@@ -232,7 +238,8 @@ def check_task_name(task: str) -> None:
     if task not in text_task_names():
         names = [t for t in text_task_names() if t != "minigrid"]
         raise ConfigError(f"unknown task {task!r}; allowed: minigrid, minigrid:<EnvId>, {', '.join(CLASSIC_CONTROL)}, "
-                          f"gym:<EnvId>, minigrid-pixels:<EnvId>, atari:<Game>, {', '.join(names)} "
+                          f"gym:<EnvId>, minigrid-pixels:<EnvId>, atari:<Game>, dmc:<domain>-<task>, "
+                          f"dmc-pixels:<domain>-<task>, {', '.join(names)} "
                           f"({REGISTER_HINT})")
 
 

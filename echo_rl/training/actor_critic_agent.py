@@ -33,16 +33,19 @@ from torch import nn
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
+from echo_rl.models.distributions import check_fits, default_distribution, is_continuous, refuse_continuous
 from echo_rl.models.policies import ActorCritic, build_actor_critic
 from echo_rl.training.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
-from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, evaluate_policy, sample_policy,
-                                     torch_generator)
+from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, action_layout, evaluate_policy,
+                                     sample_policy, torch_generator)
 
 
 class ActorCriticAgent(ModularAgent, VectorAgentBase):
     #: why the learner needs one update per ``batch_size`` env steps (for the config error)
     update_rule = "an on-policy learner updates every batch_size env steps"
+    #: whether the learner handles continuous (Box) actions (PPO: yes; IMPALA's V-trace here: no)
+    continuous_actions = False
 
     def __init__(self, config: TrainingConfig, envs, device: torch.device):
         if config.steps_per_update != config.batch_size:
@@ -53,13 +56,17 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         self.num_steps = config.batch_size // self.num_envs
         self.num_updates_total = math.ceil(config.total_timesteps / config.batch_size)
         torch.manual_seed(config.seed)
-        space = envs.single_observation_space
-        if not hasattr(envs.single_action_space, "n"):
+        space, self.action_space = envs.single_observation_space, envs.single_action_space
+        if not self.continuous_actions:
+            refuse_continuous(envs, config.env_name, config.agent)
+        try:
+            distribution = default_distribution(self.action_space)  # Box -> DiagGaussian, Discrete -> None
+        except ConfigError:
             envs.close()
-            raise ConfigError(f"task {config.env_name!r} has {type(envs.single_action_space).__name__} actions; the "
-                              f"vector agents act in discrete (Discrete) action spaces")
+            raise
         self.obs_shape, self.obs_dtype = tuple(space.shape), space.dtype
-        self.num_actions = int(envs.single_action_space.n)
+        # the actor head's width: one logit per action, or one mean per action dimension
+        self.num_actions = int(self.action_space.n) if distribution is None else int(self.action_space.shape[0])
         # one network for every baseline (TrainingConfig.encoder / policy_network): comparisons are about the learner
         try:
             network = build_actor_critic(config.encoder, self.obs_shape, self.obs_dtype, self.num_actions,
@@ -68,6 +75,7 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
             envs.close()
             raise ConfigError(f"TrainingConfig.encoder={config.encoder!r} does not fit task {config.env_name!r}: "
                               f"{exc}") from None
+        network.distribution = distribution
         self.network = network.to(device)
         self.optimizer = self.make_optimizer()
         self.base_lr = self.optimizer.param_groups[0]["lr"]
@@ -114,13 +122,21 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         if not isinstance(policy, nn.Module) or not callable(getattr(policy, "value", None)):
             raise ValueError(f"policy must be an nn.Module with forward(obs) -> (logits, values) and value(obs), got "
                              f"{type(policy).__name__}")
+        if not hasattr(self.action_space, "n") and not is_continuous(getattr(policy, "distribution", None)):
+            raise ValueError(f"policy {type(policy).__name__} acts in a Box action space: it needs a continuous "
+                             f"distribution attribute (policy.distribution = DiagGaussian(dim))")
         self._new_network(policy)
 
     def set_storage(self, storage) -> None:
         """The rollout storage: a ``RolloutBuffer`` subclass or factory ``(num_steps, num_envs, obs_shape,
         obs_dtype) -> buffer`` with its arrays (obs, actions, logprobs, values, rewards, terminated, truncated,
-        final_values)."""
-        buf = storage(self.num_steps, self.num_envs, self.obs_shape, self.obs_dtype)
+        final_values); for Box actions it is also given ``action_shape=`` and ``action_dtype=``."""
+        buf = storage(self.num_steps, self.num_envs, self.obs_shape, self.obs_dtype,
+                      **action_layout(self.action_space))
+        if getattr(buf, "actions", None) is not None and \
+                buf.actions.shape[2:] != self.collector.buffer.actions.shape[2:]:
+            raise ValueError(f"storage {type(buf).__name__} holds actions of shape {buf.actions.shape[2:]}; this "
+                             f"task's actions have shape {self.collector.buffer.actions.shape[2:]}")
         missing = [a for a in ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated",
                                "final_values") if getattr(buf, a, None) is None]
         if missing:
@@ -130,12 +146,17 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
             self._keep_next_observations()
 
     def set_distribution(self, distribution: nn.Module) -> None:
-        """``distribution(logits) -> normalised log-probabilities`` (``echo_rl.models.policies``); acting and
-        both learners read those, so it changes what is sampled and what is optimised."""
+        """Discrete actions: ``distribution(logits) -> normalised log-probabilities`` (``echo_rl.models.policies``);
+        acting and both learners read those, so it changes what is sampled and what is optimised. Box actions:
+        a continuous distribution (``echo_rl.models.distributions``, e.g. ``DiagGaussian``); one with
+        parameters (a learned log-std) gets a fresh optimiser that includes them."""
         if not isinstance(self.network, ActorCritic):
             raise ValueError(f"a distribution applies to ActorCritic networks; {type(self.network).__name__} "
                              f"returns its own logits")
+        check_fits(distribution, self.action_space)
         self.network.distribution = distribution
+        if isinstance(distribution, nn.Module) and any(True for _ in distribution.parameters()):
+            self._new_network(self.network)
 
     # -- acting -------------------------------------------------------------
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
@@ -151,6 +172,9 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
     @torch.no_grad()
     def act(self, obs: np.ndarray, generator: torch.Generator) -> np.ndarray:
         logits, _ = self.network(self._obs(obs))
+        distribution = getattr(self.network, "distribution", None)
+        if is_continuous(distribution):  # sampled like the discrete actions; the env clips to its bounds
+            return distribution.sample(logits, generator).float().cpu().numpy()
         return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).cpu().numpy()
 
     def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:

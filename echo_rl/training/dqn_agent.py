@@ -32,6 +32,7 @@ from torch import nn
 from echo_rl.algorithms.dqn import annealed_beta, dqn_loss, linear_epsilon, td_targets
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
+from echo_rl.models.distributions import refuse_continuous
 from echo_rl.models.encoders import default_encoder, layer_init, make_encoder
 from echo_rl.replay.rate_limiter import RateLimited
 from echo_rl.training.offpolicy_replay import ReplayFeed, rollout_transitions, transition_example
@@ -111,9 +112,7 @@ class DQNAgent(VectorAgentBase):
     def __init__(self, config: TrainingConfig, envs, device: torch.device):
         try:
             check_config(config)
-            if not hasattr(envs.single_action_space, "n"):
-                raise ConfigError(f"task {config.env_name!r} has {type(envs.single_action_space).__name__} actions; "
-                                  f"dqn acts in discrete (Discrete) action spaces")
+            refuse_continuous(envs, config.env_name, config.agent)
             self.config, self.dqn, self.device = config, config.dqn_config, device
             torch.manual_seed(config.seed)
             space = envs.single_observation_space

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 
 from echo_rl.algorithms.gae import bootstrap_values, compute_gae
+from echo_rl.algorithms.reward_scaling import RewardScaler
+from echo_rl.config import ConfigError
 from echo_rl.distributed import data_parallel
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.training.actor_critic_agent import ActorCriticAgent
@@ -25,9 +27,17 @@ from echo_rl.training.rollout import RolloutBuffer, torch_generator
 
 class PPOAgent(ActorCriticAgent):
     update_rule = "an on-policy learner updates every batch_size env steps"
+    continuous_actions = True  # Box actions: a DiagGaussian by default (echo_rl.models.distributions)
 
     def __init__(self, config, envs, device: torch.device):
         self.dp = data_parallel.current()
+        if self.dp is not None and config.ppo_config.scale_rewards:
+            envs.close()
+            raise ConfigError("PPOConfig.scale_rewards=True is invalid with num_learners > 1: each learner would "
+                              "scale by its own envs' statistics")
+        #: ppo_config.scale_rewards: the learner's rewards / std of the discounted return (checkpointed)
+        self.reward_scaler = RewardScaler(envs.num_envs, config.ppo_config.gamma) \
+            if config.ppo_config.scale_rewards else None
         if self.dp is None:
             super().__init__(config, envs, device)
             return
@@ -55,9 +65,26 @@ class PPOAgent(ActorCriticAgent):
     def learn(self, buf: RolloutBuffer) -> dict[str, float]:
         next_values = bootstrap_values(buf.values, self._value(self.collector.next_obs), buf.terminated,
                                        buf.truncated, buf.final_values)
-        advantages, returns = compute_gae(buf.rewards, buf.values, next_values, buf.terminated | buf.truncated,
+        rewards = buf.rewards if self.reward_scaler is None else \
+            self.reward_scaler.scale(buf.rewards, buf.terminated | buf.truncated)
+        advantages, returns = compute_gae(rewards, buf.values, next_values, buf.terminated | buf.truncated,
                                           self.ppo.gamma, self.ppo.gae_lambda)
         return self._update(buf, advantages, returns)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if ("reward_scaler" in state) != (self.reward_scaler is not None):
+            has = "scaled" if "reward_scaler" in state else "did not scale"
+            raise ConfigError(f"this checkpoint's run {has} its rewards; resume it with the same "
+                              f"ppo_config.scale_rewards")
+        super().load_state_dict(state)
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
 
     def _variances(self, *arrays: np.ndarray) -> list[float]:
         """Population variance of each array, over the whole global batch with several learners."""
@@ -74,8 +101,9 @@ class PPOAgent(ActorCriticAgent):
         obs = flat(buf.obs)
         batch = PPOBatch(flat(buf.actions), flat(buf.logprobs), flat(buf.values), flat(advantages), flat(returns))
         step = self.clipped_step if self.dp is None else self.data_parallel_step
-        out = ppo_epochs(self.ppo, batch, self.np_rng, lambda idx, it: Forward(*self.network(obs[it])), step,
-                         dp=self.dp)
+        distribution = getattr(self.network, "distribution", None)
+        out = ppo_epochs(self.ppo, batch, self.np_rng,
+                         lambda idx, it: Forward(*self.network(obs[it]), distribution=distribution), step, dp=self.dp)
         self.updates += 1
         var_ret, var_err = self._variances(returns, returns - buf.values)
         explained = float("nan") if var_ret == 0 else 1.0 - var_err / var_ret

@@ -42,12 +42,14 @@ class PPOBatch:
 
 @dataclass
 class Forward:
-    """A minibatch's forward pass: logits, values, terms added to PPO's loss (in this order), extra metrics."""
+    """A minibatch's forward pass: logits, values, terms added to PPO's loss (in this order), extra metrics,
+    and the continuous distribution whose parameters ``logits`` are (None: a categorical's logits)."""
 
     logits: torch.Tensor
     values: torch.Tensor
     losses: Sequence[torch.Tensor] = ()
     metrics: Sequence[torch.Tensor] = ()
+    distribution: object = None
 
 
 @dataclass
@@ -101,7 +103,7 @@ def _minibatch_loss(ppo: PPOConfig, batch: PPOBatch, it: torch.Tensor, out: Forw
     terms = ppo_loss(out.logits, out.values, batch.actions[it], batch.old_logprobs[it], batch.old_values[it],
                      advantages, batch.returns[it], clip_epsilon=ppo.clip_epsilon,
                      value_loss_coef=ppo.value_loss_coef, entropy_coef=ppo.entropy_coef, kl_coef=ppo.kl_coef,
-                     value_clip=ppo.value_clip, normalize_advantages=normalize)
+                     value_clip=ppo.value_clip, normalize_advantages=normalize, distribution=out.distribution)
     loss = terms.loss
     for term in out.losses:
         loss = loss + term

@@ -50,10 +50,11 @@ class RolloutBuffer:
     context: dict = MappingProxyType({})
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, obs_dtype=np.uint8,
-                 extras: dict[str, tuple[tuple, type]] | None = None, next_observations: bool = False):
+                 extras: dict[str, tuple[tuple, type]] | None = None, next_observations: bool = False,
+                 action_shape: tuple = (), action_dtype=np.int64):
         t, n = num_steps, num_envs
         self.obs = np.zeros((t, n, *obs_shape), dtype=obs_dtype)
-        self.actions = np.zeros((t, n), dtype=np.int64)
+        self.actions = np.zeros((t, n, *action_shape), dtype=action_dtype)  # Box actions: (t, n, dim) floats
         self.logprobs = np.zeros((t, n), dtype=np.float32)
         self.values = np.zeros((t, n), dtype=np.float32)
         self.rewards = np.zeros((t, n), dtype=np.float32)
@@ -125,7 +126,8 @@ class VectorRolloutCollector:
         self.envs = envs
         self.num_envs = envs.num_envs
         self.buffer = RolloutBuffer(num_steps, self.num_envs, envs.single_observation_space.shape,
-                                    envs.single_observation_space.dtype, extras, next_observations)
+                                    envs.single_observation_space.dtype, extras, next_observations,
+                                    **action_layout(envs.single_action_space))
         self.next_obs, _ = envs.reset(seed=seeds)
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -218,6 +220,13 @@ def evaluate_policy(make_envs: Callable, act: Callable, episodes: int, seed: int
             "avg_length": float(np.mean(stats.lengths)), "episodes": len(stats.returns)}
 
 
+def action_layout(action_space) -> dict:
+    """How a buffer stores an action space's actions: Discrete as int64 scalars, a Box as float32 vectors."""
+    if hasattr(action_space, "n"):
+        return {}
+    return {"action_shape": tuple(action_space.shape), "action_dtype": np.float32}
+
+
 def torch_generator(seed: int) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(seed)
@@ -227,8 +236,14 @@ def torch_generator(seed: int) -> torch.Generator:
 @torch.no_grad()
 def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: torch.Tensor):
     """Actions, their log-probabilities and values under an actor-critic ``network``: the one way the
-    actor-critic agents act, in process, in an actor process and on Ray workers alike."""
+    actor-critic agents act, in process, in an actor process and on Ray workers alike. A continuous
+    distribution (``echo_rl.models.distributions``) draws unbounded actions; the env clips them."""
     logits, values = network(obs)
+    distribution = getattr(network, "distribution", None)
+    if getattr(distribution, "continuous", False):
+        actions = distribution.sample(logits, generator)
+        logprobs = distribution.log_prob(logits, actions)
+        return actions.float().cpu().numpy(), logprobs.cpu().numpy(), values.cpu().numpy()
     logp = torch.log_softmax(logits, -1)
     actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
     logprobs = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)

@@ -97,9 +97,11 @@ def test_vector_envs_are_seeded_and_resume_mid_episode(task):
                 envs.close()
 
 
-def test_continuous_actions_are_refused_in_one_line():
-    with pytest.raises(ConfigError, match="has Box actions; the vector agents act in discrete"):
-        build_agent(TrainingConfig(env_name="gym:Pendulum-v1", num_actors=2, batch_size=8), torch.device("cpu"))
+def test_continuous_actions_are_refused_in_one_line_by_the_agents_without_them():
+    with pytest.raises(ConfigError, match=r"has continuous \(Box\) actions; --agent impala acts in discrete action "
+                                          r"spaces only; use --agent ppo"):
+        build_agent(TrainingConfig(env_name="gym:Pendulum-v1", agent="impala", num_actors=2, batch_size=8),
+                    torch.device("cpu"))
 
 
 @pytest.mark.parametrize("task, encoder", [("CartPole-v1", "FlatEncoder"),

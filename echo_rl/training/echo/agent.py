@@ -23,6 +23,7 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding, actor_seeds
+from echo_rl.models.distributions import refuse_continuous
 from echo_rl.training.echo.actor import EchoActor, EchoRollout, rollout_fields
 from echo_rl.training.echo.adder import SelfImitationAdder, SequenceAdder
 from echo_rl.training.echo.learner import EchoLearner
@@ -53,6 +54,7 @@ class EchoAgent(ModularAgent, VectorAgentBase):
             raise ConfigError(f"EchoAgentConfig.sequence_length={self.echo.sequence_length} is invalid: must divide "
                               f"the rollout length batch_size/num_actors={self.num_steps}")
         try:
+            refuse_continuous(envs, config.env_name, config.agent)
             self._check_task(config, envs.single_observation_space)
             torch.manual_seed(config.seed)
             self.obs_dim = int(envs.single_observation_space.shape[0])

@@ -1,0 +1,160 @@
+"""DeepMind Control tasks (dmc:<domain>-<task>): names, gymnasium's env checker, seeded vector envs that
+resume mid-episode, pixels, PPO training and resuming on them, and the one-line errors."""
+
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+
+from echo_rl import TrainingConfig
+from echo_rl.config import ConfigError
+from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env, restore_vector_env, snapshot_vector_env
+from echo_rl.environments.registry import gym_task, is_vector_task
+from echo_rl.training.agents import build_agent
+from echo_rl.training.run_dir import RunDirectory
+
+CPU = torch.device("cpu")
+STATES = {"dmc:cartpole-swingup": (5,), "dmc:walker-walk": (24,), "dmc:reacher-easy": (6,)}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():  # tiny networks: torch's thread pool only contends with the envs on a small box
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def needs_dm_control():
+    pytest.importorskip("dm_control", reason="the dmc extra: pip install 'echo-rl[dmc]'")
+
+
+def test_task_names():
+    assert gym_task("dmc:cartpole-swingup") == ("dmc", "cartpole-swingup")
+    assert gym_task("dmc-pixels:walker-walk") == ("dmc-pixels", "walker-walk")
+    assert is_vector_task("dmc:ball_in_cup-catch")
+
+
+def test_without_dm_control_the_error_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dm_control", None)
+    with pytest.raises(ConfigError, match=r"^DeepMind Control tasks need dm_control: pip install 'echo-rl\[dmc\]'$"):
+        TrainingConfig(env_name="dmc:cartpole-swingup")
+
+
+def test_unknown_or_malformed_names_are_one_line():
+    needs_dm_control()
+    with pytest.raises(ConfigError, match=r"unknown DeepMind Control task 'cartpole-fly' in task 'dmc:cartpole-fly'; "
+                                          r"e\.g\. cartpole-swingup"):
+        TrainingConfig(env_name="dmc:cartpole-fly")
+    with pytest.raises(ConfigError, match="expected <domain>-<task>, e.g. cartpole-swingup"):
+        TrainingConfig(env_name="dmc:cartpole")
+    with pytest.raises(ConfigError, match="env_config for dmc task 'cartpole-swingup' is invalid"):
+        make_vector_env("dmc:cartpole-swingup", 1, frame_skip=2)
+    with pytest.raises(ConfigError, match="action_repeat=0 is invalid: must be an int >= 1"):
+        make_vector_env("dmc:cartpole-swingup", 1, action_repeat=0)
+
+
+@pytest.mark.parametrize("task", sorted(STATES))
+def test_gymnasiums_env_checker_passes(task):
+    needs_dm_control()
+    from echo_rl.environments.gym_vector import make_gym_env
+
+    env = make_gym_env(task)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any checker warning fails the test, except:
+        warnings.filterwarnings("ignore", message=".*infinity")  # state vectors are unbounded, as the suite's are
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped version")  # the wrapped check
+        check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)  # the task itself ...
+        check_env(env, skip_render_check=True, skip_close_check=True)  # ... and as the agents get it
+    assert env.observation_space.shape == STATES[task] and env.observation_space.dtype == np.float32
+    assert env.action_space.dtype == np.float32 and env.action_space.shape[0] >= 1
+    env.close()
+    env.close()
+
+
+@pytest.mark.parametrize("task", ["dmc:cartpole-swingup", "dmc:reacher-easy"])  # reacher: a per-episode target
+def test_vector_envs_are_seeded_and_resume_mid_episode_and_across_episodes(task):
+    needs_dm_control()
+
+    def run(envs, steps, rng):
+        out = []
+        for _ in range(steps):
+            obs, rew, term, trunc, _ = envs.step(rng.uniform(-1.5, 1.5, (envs.num_envs, *envs.single_action_space.shape)))
+            out.append((obs.copy(), rew.copy(), term.copy(), trunc.copy()))
+        return out
+
+    n, options = 2, {"action_repeat": 8}  # 125 env steps an episode
+    a, b, c = (make_vector_env(task, n, **options) for _ in range(3))
+    try:
+        obs_a, _ = a.reset(seed=actor_seeds(3, n))
+        obs_b, _ = b.reset(seed=actor_seeds(3, n))
+        assert np.array_equal(obs_a, obs_b) and not np.array_equal(obs_a[0], obs_a[1])
+        assert np.array_equal(run(a, 5, np.random.default_rng(0))[-1][0], run(b, 5, np.random.default_rng(0))[-1][0])
+        restored = restore_vector_env(snapshot_vector_env(a))
+        try:
+            ref, again = run(a, 160, np.random.default_rng(1)), run(restored, 160, np.random.default_rng(1))
+            assert any(step[3].any() for step in ref)  # an episode ended (time limit: truncation) and a new began
+            assert all(np.array_equal(x, y) for r, g in zip(ref, again) for x, y in zip(r, g))
+        finally:
+            restored.close()
+        c.reset(seed=actor_seeds(4, n))
+        assert not np.array_equal(run(c, 8, np.random.default_rng(1))[-1][0], ref[7][0])
+    finally:
+        for envs in (a, b, c):
+            envs.close()
+
+
+def test_pixels_render_or_fail_in_one_line():
+    needs_dm_control()
+    from echo_rl.environments.dmc import DMCEnv, GL_HINT
+
+    try:
+        envs = make_vector_env("dmc-pixels:cartpole-swingup", 1, height=64, width=48)
+    except ConfigError as exc:  # no headless OpenGL on this machine: the documented one line
+        assert str(exc).startswith(GL_HINT)
+    else:
+        obs, _ = envs.reset(seed=[0])
+        assert obs.shape == (1, 64, 48, 3) and obs.dtype == np.uint8 and obs.std() > 0
+        envs.close()
+    env = DMCEnv("cartpole-swingup", pixels=True)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no OpenGL context")
+
+    env._env.physics.render = broken
+    with pytest.raises(ConfigError, match=r"^dmc-pixels needs headless OpenGL: MUJOCO_GL=egl with libEGL"):
+        env.reset(seed=0)
+    env.close()
+
+
+def test_ppo_trains_on_a_dmc_task_and_resumes_bit_exactly(tmp_path):
+    needs_dm_control()
+    config = TrainingConfig(env_name="dmc:cartpole-swingup", agent="ppo", num_actors=2, batch_size=64,
+                            total_timesteps=512, seed=1, env_config={"action_repeat": 8}, loggers=[])
+    whole = build_agent(config, CPU)
+    try:
+        rows_whole = [whole.train_iteration() for _ in range(3)]
+        weights = {k: v.clone() for k, v in whole.network.state_dict().items()}
+    finally:
+        whole.close()
+    assert "distribution.log_std" in weights and all(np.isfinite(r["loss/value"]) for r in rows_whole)
+    run = RunDirectory(tmp_path / "run", config)
+    run.create()
+    first = build_agent(config, CPU)
+    try:
+        rows = [first.train_iteration()]
+        run.save_checkpoint(first.env_steps, first.state_dict(), first.rollout_state())
+    finally:
+        first.close()
+    resumed = build_agent(config, CPU)
+    try:
+        run.load_newest(lambda payload, rollout: (resumed.load_state_dict(payload["state"]),
+                                                  resumed.load_rollout_state(rollout)))
+        rows += [resumed.train_iteration() for _ in range(2)]
+        assert rows == rows_whole
+        assert all(torch.equal(v, weights[k]) for k, v in resumed.network.state_dict().items())
+    finally:
+        resumed.close()
