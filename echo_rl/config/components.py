@@ -221,6 +221,9 @@ class LMConfig(ConfigBase):
                                             "backbone, 4 for a pretrained one)", min=0)
     sft_learning_rate: float | None = spec(None, help="learning rate of the SFT warm start (None: 3e-3 for a tiny "
                                                       "random backbone, 3e-5 for a pretrained one)", gt=0)
+    sft_batch_episodes: int = spec(0, help="expert episodes per SFT step, drawn without replacement and "
+                                           "reshuffled each pass (0: every episode in every step); smaller "
+                                           "batches give more updates for the same compute", min=0)
     sft_cache_dir: str | None = spec(None, help="share SFT results between runs that differ only after SFT "
                                                 "(e.g. a lambda sweep of one seed)")
     heldout_pool: int = spec(8, help="held-out expert episodes whose env-output CE is measured at each "

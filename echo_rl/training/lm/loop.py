@@ -55,7 +55,7 @@ from echo_rl.training.lm.objectives import get_objective
 from echo_rl.training.lm.plan import LMPlanner
 from echo_rl.training.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
 from echo_rl.training.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig
-from echo_rl.training.lm.sft import expert_trajectory
+from echo_rl.training.lm.sft import expert_trajectory, sft_batches
 from echo_rl.training.lm.trainer import LMTrainer
 from echo_rl.training.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
 from echo_rl.training.protocol import AgentBase
@@ -307,7 +307,7 @@ class LMAgent(AgentBase):
         if lm.sft_cache_dir:
             key = {"backbone": cfg.backbone, "seed": cfg.seed, "env_name": cfg.env_name,
                    "env": env_kwargs(cfg, False), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
-                                                          lm.max_turns],
+                                                          lm.max_turns, lm.sft_batch_episodes],
                    "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
             cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
@@ -321,8 +321,8 @@ class LMAgent(AgentBase):
         demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns,
                                    system=self.rollout_config.system_prompt) for s in seeds]
         m: dict[str, float] = {}
-        for _ in range(lm.sft_steps):
-            m = self.learner.sft_update(demos)
+        for batch in sft_batches(demos, lm.sft_steps, lm.sft_batch_episodes, rng):
+            m = self.learner.sft_update(batch)
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")

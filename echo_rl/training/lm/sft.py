@@ -10,6 +10,7 @@ tokens); ``info["source"] == "expert"`` marks them, and they are meant for
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from echo_rl.training.lm.chat_delta import ChatRenderer
@@ -39,3 +40,20 @@ def expert_trajectory(env: Any, renderer: ChatRenderer, *, seed: int, options: d
             break
     return b.finish(won=won, truncated=bool(truncated or not terminated), source="expert",
                     actions=list(b.turn_texts))
+
+
+def sft_batches(demos: list[TokenTrajectory], steps: int, batch_episodes: int,
+                rng: Any) -> Iterator[list[TokenTrajectory]]:
+    """``steps`` SFT batches: every demo each step (``batch_episodes`` 0), or minibatches of ``batch_episodes``
+    drawn without replacement through a shuffled pass; a new shuffle starts when fewer than a batch are left
+    (those few wait for the next pass, as with ``drop_last``)."""
+    if not batch_episodes or batch_episodes >= len(demos):
+        for _ in range(steps):
+            yield demos
+        return
+    order: list[int] = []
+    for _ in range(steps):
+        if len(order) < batch_episodes:
+            order = [int(i) for i in rng.permutation(len(demos))]
+        yield [demos[i] for i in order[:batch_episodes]]
+        order = order[batch_episodes:]
