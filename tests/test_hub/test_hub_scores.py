@@ -27,10 +27,11 @@ def _table_after(header_start: str, nth: int = 0) -> list[list[str]]:
 
 def test_every_study_of_the_document_is_in_the_hub():
     studies = [line[3:] for line in DOC if line.startswith("## ")]
-    assert len(studies) == 5
+    assert len(studies) == 6
     sources = " ".join(scores.load(n).data["source"] for n in scores.names())
     for anchor in ("#the-ppo-demo-recipe-across-seeds", "#measured", "#held-out-seeds", "#longer-runs",
-                   "#intrinsic-rewards-on-hard-exploration", "#prompting-baselines-with-smollm2"):
+                   "#intrinsic-rewards-on-hard-exploration", "#prompting-baselines-with-smollm2",
+                   "#ppo-on-continuous-control-pendulum-and-deepmind-control"):
         assert anchor in sources
     for n in scores.names():
         s = scores.load(n)
@@ -47,6 +48,21 @@ def test_ppo_recipe_per_seed_returns():
         assert got == doc
         reached = sum(v >= 0.9 for v in got.values())
         assert row[1].startswith(f"{reached} of {len(got)}")
+
+
+def test_ppo_continuous_control_per_seed_returns():
+    study = scores.load("ppo-continuous-control")
+    final, start = study.scores("ppo"), study.scores("ppo", "start_return")
+    evals = study.method("ppo")["evaluations"]
+    for row in _table_after("| task | seed | return at start (first 2,048 steps)"):
+        i = int(row[1])
+        assert row[0] == "`Pendulum-v1`" and float(row[2]) == round(start[i, 0], 1)
+        assert [float(v) for v in row[3].split(" / ")] == [round(v, 1) for v in evals["Pendulum-v1"]["values"][i]]
+        assert round(final[i, 0], 1) == float(row[3].split(" / ")[-1])
+    [row] = _table_after("| task | seed | return at start | evaluation at 100k")
+    assert row[0].startswith("`dmc:cartpole-swingup`") and float(row[2]) == round(start[0, 1], 1)
+    assert [float(v) for v in row[3].split(" / ")] == [round(v, 1) for v in evals["dmc:cartpole-swingup"]["values"][0]]
+    assert np.isnan(final[1:, 1]).all()  # one seed on DMC
 
 
 def _cell(study, method, env_short, seed_index):
