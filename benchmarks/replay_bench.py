@@ -44,7 +44,8 @@ N_SINGLE = 1 << 16  # pre-generated single transitions, cycled
 N_IDX = 256  # pre-generated index/priority sets, cycled
 METRICS = ("add_1", "add_1024", "sample_256", "update_256")
 LIBS = ("numpy_ring", "echo_rl", "echo_rl_numpy", "cpprb", "torchrl")
-GOALS = {"add_1": 5.0, "add_1024": 1.5, "sample_256": 3.0, "update_256": 2.5}
+# quiet-box goals vs cpprb (issue 25, item 4: update(256) >= 2x, sample(256) >= 5x)
+GOALS = {"add_1": 5.0, "add_1024": 1.5, "sample_256": 5.0, "update_256": 2.0}
 TORCHRL_BUILD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".cache", "torchrl_ext")
 
 

@@ -148,6 +148,8 @@ class PrioritizedReplayBuffer(PriorityRules, ExperienceAPI):
         self.capacity = sum(self._lengths)
         self._trees = [SumTree(L, use_native=use_native) for L in self._lengths]
         self._nat = self._trees[0]._nat
+        # update_priorities goes through one compiled call (per_update) for this layout
+        self._per_native = self._nat is not None and mode == "proportional" and len(self._lengths) == 1
         # Raw priorities/scores by ring slot are read only to rebuild leaves: softmax shifts and
         # temperature changes, and hot -> cold moves. A single proportional ring never needs them.
         self._needs_raw = mode == "softmax" or len(self._lengths) > 1

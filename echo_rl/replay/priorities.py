@@ -105,22 +105,19 @@ class PriorityRules:
         priorities were applied.
         """
         with self._lock:
-            if self._nat is not None and self.mode == "proportional" and len(self._lengths) == 1:
-                # the whole update in one compiled call (checks first, writes nothing on bad input)
-                nid = self._next_id
-                tree = self._trees[0]
+            if self._per_native:
+                # the whole update in one compiled call (checks first, writes nothing on bad input);
+                # this runs once per learner step, so the Python around it is kept to the minimum
+                nid, cap, tree = self._next_id, self.capacity, self._trees[0]
                 res = self._nat.per_update(tree.tree, tree.offs, self._raw, indices, priorities,
-                                           max(0, nid - self.capacity), nid, nid, self.capacity, self.capacity,
-                                           self.alpha, self.priority_epsilon)
+                                           nid - cap if nid > cap else 0, nid, nid, cap, cap, self.alpha,
+                                           self.priority_epsilon)
                 if res is not None:
                     bad_p, bad_i, applied, top = res
-                    if bad_p >= 0:
-                        raise ValueError(f"priorities[{bad_p}]={float(priorities[bad_p])!r} is invalid: must be "
-                                         f"finite and >= 0")
-                    if bad_i >= 0:
-                        raise ValueError(f"indices[{bad_i}]={int(indices[bad_i])} is invalid: must be an id this "
-                                         f"buffer issued, in [0, {nid})")
-                    self.stats["stale_updates"] += len(indices) - applied
+                    if bad_p >= 0 or bad_i >= 0:
+                        self._raise_bad_update(indices, priorities, bad_p, bad_i)
+                    if applied != len(indices):
+                        self.stats["stale_updates"] += len(indices) - applied
                     if top > self._max_priority:
                         self._max_priority = top
                     return applied
@@ -166,6 +163,12 @@ class PriorityRules:
             if self.mode == "softmax":
                 self._after_decrease()
             return applied
+
+    def _raise_bad_update(self, indices, priorities, bad_p: int, bad_i: int) -> None:
+        if bad_p >= 0:
+            raise ValueError(f"priorities[{bad_p}]={float(priorities[bad_p])!r} is invalid: must be finite and >= 0")
+        raise ValueError(f"indices[{bad_i}]={int(indices[bad_i])} is invalid: must be an id this buffer issued, in "
+                         f"[0, {self._next_id})")
 
     def _update_region(self, tree: SumTree, ids, p, vals, lo, hi, L) -> int:
         if self._nat is not None:

@@ -115,7 +115,7 @@ PyObject* tree_find(PyObject*, PyObject* args);
 PyObject* tree_sample(PyObject*, PyObject* args);
 PyObject* first_invalid(PyObject*, PyObject* args);
 PyObject* update_priorities(PyObject*, PyObject* args);
-PyObject* per_update(PyObject*, PyObject* args);
+PyObject* per_update(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* sample_region(PyObject*, PyObject* args);
 PyObject* scan(PyObject*, PyObject* args);
 PyObject* gather(PyObject*, PyObject* args);

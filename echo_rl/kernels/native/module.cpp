@@ -25,7 +25,7 @@ PyMethodDef methods[] = {
     {"first_invalid", first_invalid, METH_VARARGS, "first_invalid(values) -> first NaN/inf/negative or -1"},
     {"update_priorities", update_priorities, METH_VARARGS,
      "update_priorities(tree, offs, raw, ids, priorities, leafvals, lo, hi, valid_end, ring, leaf_mod) -> (bad, n)"},
-    {"per_update", per_update, METH_VARARGS,
+    {"per_update", (PyCFunction)(void (*)(void))per_update, METH_FASTCALL,
      "per_update(tree, offs, raw, ids, priorities, lo, hi, valid_end, ring, leaf_mod, alpha, eps)"},
     {"sample_region", sample_region, METH_VARARGS,
      "sample_region(tree, offs, uniforms, lo, leaf_mod, ring, prob_scale, out_ids, out_slots, out_probs)"},

@@ -2,6 +2,13 @@
 // (numpy reference: sumtree_ref.py). Layout and descent rule: common.h.
 #include "common.h"
 
+#include <cfloat>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "pow_batch.h"
+
 namespace echo_native {
 
 // Parse (tree, offs); sets a Python error on a malformed layout.
@@ -35,36 +42,52 @@ bool get_tree(PyObject* o_tree, PyObject* o_offs, Buf& bt, Buf& bo, Tree& T) {
     return true;
 }
 
-// overlap. Near the root the paths merge: there each parent is recomputed once (a small marker
-// array per level); lower down, where paths rarely meet, duplicates are recomputed harmlessly.
-static void refresh_many(Tree& T, std::vector<int64_t>& nodes) {
-    constexpr Py_ssize_t SMALL = 4096;
-    uint8_t mark[SMALL];
-    std::vector<int64_t> uniq;
-    double* const t = T.t;
-    for (int l = T.d - 1; l >= 0; --l) {
-        const int64_t off = T.off[l], child_off = T.off[l + 1];
-        const Py_ssize_t count = child_off - off;
-        int64_t* nd = nodes.data();
-        const Py_ssize_t k = (Py_ssize_t)nodes.size();
-        for (Py_ssize_t i = 0; i < k; ++i) {
-            nd[i] >>= 3;  // / B (node ids are non-negative)
-            __builtin_prefetch(t + off + nd[i], 1);
-        }
-        if (count <= SMALL && k > 8) {
-            std::memset(mark, 0, (size_t)count);
-            uniq.clear();
-            for (Py_ssize_t i = 0; i < k; ++i)
-                if (!mark[nd[i]]) {
-                    mark[nd[i]] = 1;
-                    uniq.push_back(nd[i]);
-                }
-            nodes.swap(uniq);
-            nd = nodes.data();
-        }
-        const Py_ssize_t m = (Py_ssize_t)nodes.size();
-        for (Py_ssize_t i = 0; i < m; ++i) t[off + nd[i]] = group_sum(t + child_off + nd[i] * B);
+// Refresh the ancestors of the leaves in nodes[0..k) (overwritten), level by level from the bottom.
+// Where a level has more parent nodes than there are paths, each path's parent is recomputed
+// (paths that meet recompute the same parent twice, harmlessly: a parent is always the sum of its
+// final children). From the first level with at most k parents up to the root, the whole level is
+// swept contiguously instead: branch-free, and the same values, since an untouched parent already
+// equals the sum of its children (the tree's invariant). Written once as a macro over the group sum
+// GS so that an AVX2 copy can be compiled beside the portable one (same additions, same order).
+#define ECHO_REFRESH_PATHS(GS)                                                                   \
+    double* const t = T.t;                                                                       \
+    int l = T.d - 1;                                                                             \
+    for (; l >= 0; --l) {                                                                        \
+        const int64_t off = T.off[l], child_off = T.off[l + 1];                                  \
+        const Py_ssize_t parents = ((l + 1 < T.d ? T.off[l + 2] : T.len) - child_off) / B;       \
+        if (parents <= k) break;                                                                 \
+        for (Py_ssize_t i = 0; i < k; ++i) {                                                     \
+            const int64_t nd = nodes[i] >> 3; /* / B (node ids are non-negative) */              \
+            nodes[i] = nd;                                                                       \
+            t[off + nd] = GS(t + child_off + nd * B);                                            \
+        }                                                                                        \
+    }                                                                                            \
+    for (; l >= 0; --l) {                                                                        \
+        const int64_t off = T.off[l], child_off = T.off[l + 1];                                  \
+        const Py_ssize_t parents = ((l + 1 < T.d ? T.off[l + 2] : T.len) - child_off) / B;       \
+        const double* c = t + child_off;                                                         \
+        for (Py_ssize_t j = 0; j < parents; ++j) t[off + j] = GS(c + j * B);                     \
     }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// group_sum from two 4-wide loads: hadd gives (c0+c1, c4+c5, c2+c3, c6+c7); adding its halves gives
+// ((c0+c1)+(c2+c3), (c4+c5)+(c6+c7)), and their sum is group_sum's (addition commutes exactly).
+__attribute__((target("avx2"), always_inline)) inline double group_sum_avx2(const double* c) {
+    const __m256d h = _mm256_hadd_pd(_mm256_loadu_pd(c), _mm256_loadu_pd(c + 4));
+    const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+__attribute__((target("avx2"))) static void refresh_paths_avx2(Tree& T, int64_t* nodes, Py_ssize_t k) {
+    ECHO_REFRESH_PATHS(group_sum_avx2)
+}
+#endif
+
+static void refresh_paths(Tree& T, int64_t* nodes, Py_ssize_t k) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) return refresh_paths_avx2(T, nodes, k);
+#endif
+    ECHO_REFRESH_PATHS(group_sum)
 }
 
 static void descend(const Tree& T, double* m, int64_t* node, Py_ssize_t n) {
@@ -117,7 +140,7 @@ PyObject* tree_set(PyObject*, PyObject* args) {
     Py_BEGIN_ALLOW_THREADS;
     std::vector<int64_t> nodes(leaves, leaves + k);
     for (Py_ssize_t i = 0; i < k; ++i) T.t[T.off[T.d] + leaves[i]] = v[i];
-    refresh_many(T, nodes);
+    refresh_paths(T, nodes.data(), k);
     Py_END_ALLOW_THREADS;
     Py_RETURN_NONE;
 }
@@ -280,10 +303,90 @@ PyObject* update_priorities(PyObject*, PyObject* args) {
             nodes.push_back(leaf);
         }
         applied = (Py_ssize_t)nodes.size();
-        refresh_many(T, nodes);
+        refresh_paths(T, nodes.data(), applied);
     }
     Py_END_ALLOW_THREADS;
     return Py_BuildValue("(nn)", bad_i, applied);
+}
+
+// The checks of per_update: every priority finite and >= 0, every id in [0, valid_end). One
+// branch-free pass with four independent maxima and flags (the common case: all good); only when
+// something is bad, a second pass finds the first offending position. Returns false with bad_p or
+// bad_i set; mx gets the largest priority.
+static bool per_check(const int64_t* ids, const double* p, Py_ssize_t k, int64_t valid_end, Py_ssize_t& bad_p,
+                      Py_ssize_t& bad_i, double& mx) {
+    double m0 = -HUGE_VAL, m1 = -HUGE_VAL, m2 = -HUGE_VAL, m3 = -HUGE_VAL;
+    unsigned bad = 0;
+    const uint64_t end = (uint64_t)valid_end;
+    Py_ssize_t i = 0;
+    for (; i + 4 <= k; i += 4) {
+        const double a = p[i], b = p[i + 1], c = p[i + 2], d = p[i + 3];
+        bad |= !(a >= 0.0 && a <= DBL_MAX) | !(b >= 0.0 && b <= DBL_MAX) | !(c >= 0.0 && c <= DBL_MAX) |
+               !(d >= 0.0 && d <= DBL_MAX);  // NaN fails too
+        bad |= ((uint64_t)ids[i] >= end) | ((uint64_t)ids[i + 1] >= end) | ((uint64_t)ids[i + 2] >= end) |
+               ((uint64_t)ids[i + 3] >= end);
+        m0 = a > m0 ? a : m0;
+        m1 = b > m1 ? b : m1;
+        m2 = c > m2 ? c : m2;
+        m3 = d > m3 ? d : m3;
+    }
+    for (; i < k; ++i) {
+        bad |= !(p[i] >= 0.0 && p[i] <= DBL_MAX) | ((uint64_t)ids[i] >= end);
+        m0 = p[i] > m0 ? p[i] : m0;
+    }
+    m0 = m1 > m0 ? m1 : m0;
+    m2 = m3 > m2 ? m3 : m2;
+    mx = m2 > m0 ? m2 : m0;
+    if (!bad) return true;
+    for (i = 0; i < k; ++i) {
+        if (!(p[i] >= 0.0 && p[i] <= DBL_MAX)) { bad_p = i; return false; }
+        if ((uint64_t)ids[i] >= end) { bad_i = i; return false; }
+    }
+    return true;  // not reached
+}
+
+// The writes of per_update (checks passed): raw[slot] = p, leaf = (p + eps)^alpha for the ids in
+// [lo, hi), then the ancestors. Returns how many were applied.
+static Py_ssize_t per_apply(Tree& T, double* raw, const int64_t* ids, const double* p, Py_ssize_t k, int64_t lo,
+                            int64_t hi, int64_t ring, int64_t lmod, double alpha, double eps) {
+    std::vector<int64_t> work(2 * (size_t)k);
+    std::vector<double> vals((size_t)k);
+    int64_t* nodes = work.data();  // the leaf of each applied update, in order
+    int64_t* src = nodes + k;      // its position in ids/priorities
+    const int64_t lo_leaf = lo % lmod, lo_slot = lo % ring, span = hi - lo;
+    double* const leaves = T.t + T.off[T.d];
+    const double* up1 = T.t + T.off[T.d - 1];
+    Py_ssize_t n = 0;
+    // The target lines are random over large arrays: request them all (and the parents' lines, which
+    // the refresh reads and writes first) before any is needed, so the misses overlap each other and
+    // the (p + eps)^alpha below.
+    for (Py_ssize_t i = 0; i < k; ++i) {
+        const int64_t d = ids[i] - lo;
+        if ((uint64_t)d >= (uint64_t)span) continue;  // evicted or not in this region
+        int64_t leaf = lo_leaf + d;
+        if (leaf >= lmod) leaf -= lmod;
+        if (raw) {
+            const int64_t slot = lo_slot + d;
+            __builtin_prefetch(raw + (slot >= ring ? slot - ring : slot), 1);
+        }
+        __builtin_prefetch(leaves + leaf, 1);
+        __builtin_prefetch(up1 + (leaf >> 3), 1);
+        nodes[n] = leaf;
+        src[n] = i;
+        vals[n] = p[i] + eps;
+        ++n;
+    }
+    if (alpha != 1.0) pow_batch(vals.data(), alpha, vals.data(), n);  // == std::pow per element
+    for (Py_ssize_t j = 0; j < n; ++j) {
+        if (raw) {
+            const Py_ssize_t i = src[j];
+            const int64_t slot = lo_slot + (ids[i] - lo);
+            raw[slot >= ring ? slot - ring : slot] = p[i];
+        }
+        leaves[nodes[j]] = vals[j];
+    }
+    refresh_paths(T, nodes, n);
+    return n;
 }
 
 // per_update(tree, offs, raw, ids, priorities, lo, hi, valid_end, ring, leaf_mod, alpha, eps)
@@ -292,13 +395,21 @@ PyObject* update_priorities(PyObject*, PyObject* args) {
 // [0, valid_end)) first and writes nothing if one fails; then raw[slot] = p (raw may be None) and leaf =
 // (p + eps)^alpha for ids in [lo, hi) (others skipped), and refreshes the ancestors. Returns None
 // when ids/priorities are not 1-D int64/float64 C-contiguous arrays (the caller converts them).
-PyObject* per_update(PyObject*, PyObject* args) {
-    PyObject *o_tree, *o_offs, *o_raw, *o_ids, *o_p;
-    long long lo, hi, valid_end, ring, lmod;
-    double alpha, eps;
-    if (!PyArg_ParseTuple(args, "OOOOOLLLLLdd", &o_tree, &o_offs, &o_raw, &o_ids, &o_p, &lo, &hi, &valid_end,
-                          &ring, &lmod, &alpha, &eps))
+// METH_FASTCALL: it is called once per learner step, and the argument tuple would cost more than the checks.
+PyObject* per_update(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 12) {
+        PyErr_Format(PyExc_TypeError, "per_update takes 12 arguments (%zd given)", nargs);
         return nullptr;
+    }
+    PyObject *o_tree = args[0], *o_offs = args[1], *o_raw = args[2], *o_ids = args[3], *o_p = args[4];
+    long long iv[5];
+    for (int j = 0; j < 5; ++j) {
+        iv[j] = PyLong_AsLongLong(args[5 + j]);
+        if (iv[j] == -1 && PyErr_Occurred()) return nullptr;
+    }
+    const long long lo = iv[0], hi = iv[1], valid_end = iv[2], ring = iv[3], lmod = iv[4];
+    const double alpha = PyFloat_AsDouble(args[10]), eps = PyFloat_AsDouble(args[11]);
+    if ((alpha == -1.0 || eps == -1.0) && PyErr_Occurred()) return nullptr;
     Buf bt, bo, br, bi, bp;
     Tree T;
     if (!get_tree(o_tree, o_offs, bt, bo, T)) return nullptr;
@@ -324,39 +435,8 @@ PyObject* per_update(PyObject*, PyObject* args) {
     Py_ssize_t bad_p = -1, bad_i = -1, applied = 0;
     double mx = -HUGE_VAL;
     Py_BEGIN_ALLOW_THREADS;
-    for (Py_ssize_t i = 0; i < k; ++i) {
-        if (!(std::isfinite(p[i]) && p[i] >= 0.0)) { bad_p = i; break; }
-        if (ids[i] < 0 || ids[i] >= valid_end) { bad_i = i; break; }
-        if (p[i] > mx) mx = p[i];
-    }
-    if (bad_p < 0 && bad_i < 0) {
-        std::vector<int64_t> nodes;
-        nodes.reserve(k);
-        const int64_t lo_leaf = lo % lmod, lo_slot = lo % ring;
-        double* leaves = T.t + T.off[T.d];
-        // first touch every target line (random over large arrays) so the misses overlap
-        for (Py_ssize_t i = 0; i < k; ++i) {
-            int64_t d = ids[i] - lo;
-            if (d < 0 || d >= hi - lo) continue;
-            int64_t slot = lo_slot + d, leaf = lo_leaf + d;
-            if (raw) __builtin_prefetch(raw + (slot >= ring ? slot - ring : slot), 1);
-            __builtin_prefetch(leaves + (leaf >= lmod ? leaf - lmod : leaf), 1);
-        }
-        for (Py_ssize_t i = 0; i < k; ++i) {
-            int64_t id = ids[i];
-            if (id < lo || id >= hi) continue;
-            int64_t d = id - lo;
-            int64_t slot = lo_slot + d;
-            if (slot >= ring) slot -= ring;
-            int64_t leaf = lo_leaf + d;
-            if (leaf >= lmod) leaf -= lmod;
-            if (raw) raw[slot] = p[i];
-            leaves[leaf] = alpha == 1.0 ? p[i] + eps : std::pow(p[i] + eps, alpha);
-            nodes.push_back(leaf);
-        }
-        applied = (Py_ssize_t)nodes.size();
-        refresh_many(T, nodes);
-    }
+    if (per_check(ids, p, k, valid_end, bad_p, bad_i, mx))
+        applied = per_apply(T, raw, ids, p, k, lo, hi, ring, lmod, alpha, eps);
     Py_END_ALLOW_THREADS;
     return Py_BuildValue("(nnnd)", bad_p, bad_i, applied, mx);
 }
