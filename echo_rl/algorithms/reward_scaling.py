@@ -50,11 +50,10 @@ class RewardScaler:
         return {"returns": self.returns.tolist(), "mean": self.mean, "var": self.var, "count": self.count}
 
     def load_state_dict(self, state: dict) -> None:
+        """The statistics always; the per-env returns where the env count matches (a resume). An agent with
+        other envs (export, evaluation) starts its envs' returns at zero."""
         returns = np.asarray(state["returns"], dtype=np.float64)
-        if returns.shape != self.returns.shape:
-            raise ValueError(f"reward scaler state holds {returns.shape[0]} envs; this agent has "
-                             f"{self.returns.shape[0]}")
-        self.returns = returns
+        self.returns = returns if returns.shape == self.returns.shape else np.zeros_like(self.returns)
         self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from echo_rl.config import TrainingConfig
+from echo_rl.config import ConfigError, TrainingConfig
 
 FORMAT_VERSION = 1
 
@@ -59,6 +59,10 @@ class EchoNoPlanGraph(EchoPlanGraph):
 def policy_graph(agent: Any, config: TrainingConfig) -> tuple[nn.Module, dict]:
     """(module in eval mode, metadata) for a vector agent with its weights loaded."""
     from echo_rl.environments.minigrid_vector import make_vector_env
+
+    if getattr(getattr(getattr(agent, "network", None), "distribution", None), "continuous", False):
+        raise ConfigError(f"the {config.agent} policy of task {config.env_name!r} acts in a continuous (Box) action "
+                          f"space; exported policies act by logits (discrete actions) only")
 
     envs = make_vector_env(config.env_name, 1, **config.env_config)  # the observation the policy was trained on
     space = envs.single_observation_space

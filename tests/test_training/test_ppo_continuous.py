@@ -3,7 +3,9 @@ selection by action space, a short run that resumes bit-exactly, reward scaling,
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import sys
 
@@ -203,6 +205,10 @@ def test_reward_scaler_divides_by_the_running_std_of_the_discounted_return():
     assert np.allclose(out, rewards / np.sqrt(var + 1e-8)) and out.dtype == np.float32
     assert scaler.returns.tolist() == [3.0]  # the unfinished episode carries into the next rollout
     assert np.abs(RewardScaler(1, 0.99).scale(np.full((1, 1), 1e6, np.float32), np.zeros((1, 1), bool))).max() <= 10
+    other = RewardScaler(num_envs=3, gamma=0.5)  # another env count (export, evaluation): statistics only
+    other.load_state_dict(scaler.state_dict())
+    assert (other.mean, other.var, other.count) == (scaler.mean, scaler.var, scaler.count)
+    assert other.returns.tolist() == [0.0, 0.0, 0.0]
 
 
 # -- the agents that cannot act in a Box refuse in one line -----------------------------------------------------
@@ -221,3 +227,29 @@ def test_the_cli_refuses_with_exit_2():
     assert proc.stderr.strip().splitlines() == [
         "echo-rl train: error: task 'Pendulum-v1' has continuous (Box) actions; --agent impala acts in discrete "
         "action spaces only; use --agent ppo for continuous actions"]
+
+
+def test_a_trained_run_resumes_from_the_cli_and_export_refuses_in_one_line(tmp_path):
+    import echo_rl
+
+    def train(run, *extra):
+        return subprocess.run([sys.executable, "-m", "echo_rl.cli", "train", "--task", "Pendulum-v1", "--num-actors",
+                               "2", "--batch-size", "64", "--seed", "1", "--set", "ppo_config.scale_rewards=true",
+                               "--set", "evaluation_episodes=2", "--set", "ppo_config.anneal_lr=false",  # the LR
+                               "--run-dir", str(run), "--no-progress", *extra],  # schedule must not see the budget
+                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def training_rows(run):  # the first run's final evaluation at 128 steps is its own
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in rows if not any(k.startswith("eval/") for k in r)]
+
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert train(ref, "--timesteps", "256").returncode == 0
+    assert train(run, "--timesteps", "128").returncode == 0
+    resumed = subprocess.run([sys.executable, "-m", "echo_rl.cli", "train", "--resume", "--run-dir", str(run),
+                              "--timesteps", "256", "--no-progress"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(training_rows(ref)) == 4 and training_rows(run) == training_rows(ref)
+    with pytest.raises(ConfigError, match=r"acts in a continuous \(Box\) action space; exported policies act by "
+                                          r"logits \(discrete actions\) only"):
+        echo_rl.load_policy(str(run))
