@@ -117,6 +117,9 @@ def check_config(config: TrainingConfig) -> None:
         raise ConfigError(f"TrainingConfig.num_learners={n} is invalid with intrinsic_reward="
                           f"{config.intrinsic_reward!r}: the reward module would train apart on each learner "
                           f"(set num_learners=1)")
+    if config.ppo_config.scale_rewards:
+        raise ConfigError(f"TrainingConfig.num_learners={n} is invalid with ppo_config.scale_rewards=True: each "
+                          f"learner would scale by its own envs' return statistics (set num_learners=1)")
     if config.backend != "local":
         raise ConfigError(f"TrainingConfig.num_learners={n} is invalid with backend={config.backend!r}: each "
                           f"learner steps its own envs (backend=local)")

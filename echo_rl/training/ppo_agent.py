@@ -30,11 +30,7 @@ class PPOAgent(ActorCriticAgent):
     continuous_actions = True  # Box actions: a DiagGaussian by default (echo_rl.models.distributions)
 
     def __init__(self, config, envs, device: torch.device):
-        self.dp = data_parallel.current()
-        if self.dp is not None and config.ppo_config.scale_rewards:
-            envs.close()
-            raise ConfigError("PPOConfig.scale_rewards=True is invalid with num_learners > 1: each learner would "
-                              "scale by its own envs' statistics")
+        self.dp = data_parallel.current()  # with several learners scale_rewards is refused (data_parallel.check_config)
         #: ppo_config.scale_rewards: the learner's rewards / std of the discounted return (checkpointed)
         self.reward_scaler = RewardScaler(envs.num_envs, config.ppo_config.gamma) \
             if config.ppo_config.scale_rewards else None

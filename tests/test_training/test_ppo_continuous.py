@@ -253,3 +253,12 @@ def test_a_trained_run_resumes_from_the_cli_and_export_refuses_in_one_line(tmp_p
     with pytest.raises(ConfigError, match=r"acts in a continuous \(Box\) action space; exported policies act by "
                                           r"logits \(discrete actions\) only"):
         echo_rl.load_policy(str(run))
+
+
+def test_reward_scaling_with_several_learners_is_refused_in_one_line():
+    from echo_rl.distributed.data_parallel import check_config
+
+    check_config(small_config(num_actors=4, num_learners=2))  # continuous PPO itself runs data-parallel
+    with pytest.raises(ConfigError, match=r"num_learners=2 is invalid with ppo_config.scale_rewards=True: each "
+                                          r"learner would scale by its own envs' return statistics"):
+        check_config(small_config(num_actors=4, num_learners=2, overrides={"ppo_config.scale_rewards": True}))
