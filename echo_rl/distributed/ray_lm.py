@@ -100,7 +100,11 @@ class LMRolloutActor:
 
         torch.manual_seed(config.seed)
         self.config = config
+        from echo_rl.training.lm.learner import COMPUTE_DTYPES
+
+        self.dtype = COMPUTE_DTYPES[config.lm_config.compute_dtype]  # the engine's weights, as in-process
         self.model, tokenizer = load_policy(config.backbone, config.seed)
+        self.model.to(self.dtype)
         self.recorder = BandwidthRecorder()
         self.generator = LMGenerator(
             config.execution_config, ChatRenderer(tokenizer), rollout, config.lm_config.eval_temperature,
@@ -116,6 +120,7 @@ class LMRolloutActor:
             lm = self.config.lm_config
             planner = LMPlanner(self.model.config.hidden_size, self.config.planning_config, lm.plan_tokens)
             planner.load_state_dict(update.planner)
+            planner.to(self.dtype)
         await self.generator.start(self.model, planner, update.version)
         self.version = update.version
         return self.generator.snapshot()

@@ -42,6 +42,9 @@ def chunked_head(model: Any) -> bool:
             and getattr(cfg, "final_logit_softcapping", None) is None and not getattr(cfg, "logit_scale", None))
 
 
+COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
 @dataclass
 class LMLearnerConfig:
     learning_rate: float = 1e-5
@@ -67,6 +70,7 @@ class LMLearnerConfig:
     value_clip: float = 0.2       # 0: unclipped value loss
     chunk_tokens: int = 1024      # positions per LM-head chunk (no [B, L, V] logits tensor is ever built)
     token_budget: int = 8192      # rows x padded length per forward pass; larger batches run as micro-batches
+    compute_dtype: str = "float32"  # bfloat16: the transformer body under autocast (weights, optimiser, head fp32)
 
     def __post_init__(self) -> None:
         if isinstance(self.lam, (int, float)):
@@ -76,6 +80,8 @@ class LMLearnerConfig:
                              "must be > 0")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness={self.max_staleness} is invalid: must be >= 0")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype={self.compute_dtype!r} is invalid: use one of {sorted(COMPUTE_DTYPES)}")
         get_objective(self.objective)  # one line naming the registered objectives
 
 
@@ -205,20 +211,26 @@ class LMLearner:
         logits are not a plain linear head over the last hidden state takes the full-logits path."""
         eps = self._plan_eps(trajectories) if planned else None
         if chunked_head(model):
+            with self._autocast(batch.input_ids.device):
+                if planned:
+                    hidden, dists = planned_forward(model, self.planner, trajectories, eps, batch.input_ids.shape[1],
+                                                    return_hidden=True)
+                else:
+                    base = getattr(model, model.base_model_prefix)
+                    hidden, dists = base(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                          use_cache=False).last_hidden_state, []
+            return hidden_logprobs(hidden.float(), model.get_output_embeddings(), batch.input_ids, needed,
+                                   temperatures, self.config.chunk_tokens), dists
+        with self._autocast(batch.input_ids.device):
             if planned:
-                hidden, dists = planned_forward(model, self.planner, trajectories, eps, batch.input_ids.shape[1],
-                                                return_hidden=True)
+                logits, dists = planned_forward(model, self.planner, trajectories, eps, batch.input_ids.shape[1])
             else:
-                base = getattr(model, model.base_model_prefix)
-                hidden, dists = base(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                      use_cache=False).last_hidden_state, []
-            return hidden_logprobs(hidden, model.get_output_embeddings(), batch.input_ids, needed, temperatures,
-                                   self.config.chunk_tokens), dists
-        if planned:
-            logits, dists = planned_forward(model, self.planner, trajectories, eps, batch.input_ids.shape[1])
-        else:
-            logits, dists = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits, []
-        return [sequence_logprobs(logits, batch.input_ids, T) * needed for T in temperatures], dists
+                logits, dists = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits, []
+        return [sequence_logprobs(logits.float(), batch.input_ids, T) * needed for T in temperatures], dists
+
+    def _autocast(self, device: torch.device) -> Any:
+        """bf16 autocast of the forward (fp32 weights and grads stay), or a no-op at float32."""
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.config.compute_dtype == "bfloat16")
 
     def update(self, trajectories: Sequence[TokenTrajectory], *, advantages: Sequence[float] | None = None,
                weights: Sequence[float] | None = None) -> dict[str, float]:
@@ -275,10 +287,11 @@ class LMLearner:
                             ) -> tuple[list, torch.Tensor, torch.Tensor]:
         """(log-probs ``[B, L]`` per temperature at the needed positions, values ``[B, L]`` aligned like them,
         V of each row's final context ``[B]``)."""
-        out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True,
-                         logits_to_keep=1) if chunked_head(self.model) else \
-            self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
-        hidden = out.hidden_states[-1]
+        with self._autocast(batch.input_ids.device):
+            out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                             output_hidden_states=True, logits_to_keep=1) if chunked_head(self.model) else \
+                self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
+        hidden = out.hidden_states[-1].float()
         values = self.value_head(hidden)
         last = batch.attention_mask.sum(1) - 1
         final = self.value_head.proj(hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float())
@@ -287,7 +300,7 @@ class LMLearner:
             lps = hidden_logprobs(hidden, self.model.get_output_embeddings(), batch.input_ids, needed, temperatures,
                                   self.config.chunk_tokens)
         else:
-            lps = [sequence_logprobs(out.logits, batch.input_ids, T) * needed for T in temperatures]
+            lps = [sequence_logprobs(out.logits.float(), batch.input_ids, T) * needed for T in temperatures]
         return lps, values, final.squeeze(-1)
 
     def _value_head_update(self, trajectories: Sequence[TokenTrajectory], batch: Any,
@@ -398,4 +411,10 @@ class LMLearner:
 
         from echo_rl.training.lm.lora import is_lora, plain_copy
 
-        return plain_copy(self.model) if is_lora(self.model) else copy.deepcopy(self.model)
+        engine_model = plain_copy(self.model) if is_lora(self.model) else copy.deepcopy(self.model)
+        return engine_model.to(self.engine_dtype)
+
+    @property
+    def engine_dtype(self) -> torch.dtype:
+        """The dtype of the engine's weights (and its planner's): the compute dtype."""
+        return COMPUTE_DTYPES[self.config.compute_dtype]

@@ -179,7 +179,7 @@ class LMAgent(AgentBase):
             self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
             if self.learner.ref_model is not None:  # the KL reference is where RL starts: the SFT policy
                 self.learner.ref_model.load_state_dict(self.model.state_dict())
-        planner = copy.deepcopy(self.planner) if self.planner is not None else None
+        planner = copy.deepcopy(self.planner).to(self.learner.engine_dtype) if self.planner is not None else None
         await self.generator.start(self.learner.engine_copy(), planner, self.learner.version)
 
     def close(self) -> Any:

@@ -1,0 +1,60 @@
+"""lm_config.compute_dtype=bfloat16: fp32 master weights and optimiser, a bf16 body and engine, log-probs close
+to fp32; every objective path (plan, value head) trains; bad values are one line."""
+
+import asyncio
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
+from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
+from tests.test_lm.test_loop import _cfg, checkpoint, save_checkpoint  # noqa: E402,F401
+
+
+@pytest.mark.parametrize("agent, over", [
+    ("echo-rl", {}),  # GRPO + ECHO + latent plan
+    ("ppo", {"lm_config.objective": "ppo-rlhf"}),  # the value-head forward
+])
+def test_bf16_run_trains_with_fp32_master_weights_and_a_bf16_engine(checkpoint, tmp_path, agent, over):
+    cfg = _cfg(checkpoint, agent=agent, **{"lm_config.max_updates": 1, "lm_config.compute_dtype": "bfloat16",
+                                           **over})
+    trainer = EchoRLTrainer(cfg, tmp_path / "run", show_progress=False)
+    asyncio.run(trainer.train())
+    row = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][1]
+    assert row["train/updates"] == 1.0 and torch.isfinite(torch.tensor(row["lm/grad_norm"]))
+    lm = trainer.agent
+    assert {p.dtype for p in lm.model.parameters()} == {torch.float32}
+    assert {p.dtype for p in lm.learner.engine_copy().parameters()} == {torch.bfloat16}
+
+
+def test_bf16_logprobs_are_close_to_fp32_and_graded(checkpoint):
+    import transformers
+
+    from echo_rl.training.lm.batch import collate
+    from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, TokenTrajectory
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint)
+    ids = list(range(3, 40))
+    roles = [TEMPLATE] * 5 + [ACTION, ENV_OUTPUT] * 16
+    traj = TokenTrajectory(token_ids=ids, roles=roles, behavior_logprobs=[0.0] * 37, rewards=[0.0] * 16,
+                           prompt_length=5, env_output_count=16)
+    out = {}
+    for dt in ("float32", "bfloat16"):
+        learner = LMLearner(model, 0, LMLearnerConfig(compute_dtype=dt))
+        batch = collate([traj], 0)
+        lp = learner._logprobs(model, [traj], batch, learner._needed(batch))[0][0]
+        assert lp.dtype == torch.float32
+        out[dt] = lp
+    diff = (out["float32"] - out["bfloat16"]).abs().max()
+    assert 0 < diff < 0.1  # bf16 really ran, and stays close
+
+
+def test_bad_compute_dtype_is_one_line(checkpoint):
+    with pytest.raises(ConfigError, match="compute_dtype"):
+        TrainingConfig().with_overrides({"lm_config.compute_dtype": "float16"})
+    with pytest.raises(ValueError, match="compute_dtype='int8' is invalid"):
+        LMLearnerConfig(compute_dtype="int8")
