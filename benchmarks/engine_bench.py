@@ -15,6 +15,12 @@ Methods:
   hf_b     transformers generate per episode with a DynamicCache carried across turns
            (per-episode reuse; batch 1, since ragged histories cannot share one cache).
 
+Precision (``--dtype float32|bfloat16``): the model's weights are cast once and every method runs on that
+same model, so the engine (working KV and radix pool in the weights' dtype) and both ``generate`` anchors
+compute at the same precision and the ratios compare like with like. In bfloat16, greedy choices at
+near-ties may differ between the engine's packed kernels and ``generate``'s, and a divergent action changes
+the later turns' histories: agreement is reported per action and per token.
+
 Fairness: every method runs a warm-up episode first; then ``--reps`` repetitions, the method order
 reversed in every other one (ABC, CBA, ...), each engine run on a fresh engine (empty cache). Ratios are
 per repetition (wall and CPU seconds), reported as median [min, max]. ``os.getloadavg()`` is printed
@@ -23,7 +29,7 @@ next to every run: the box is shared.
 ETPS = (prompt tokens incl. reused + generated tokens) / wall seconds; all methods serve the same tokens.
 Peak KV: the engine's ``kv_peak_mb`` (cache pool + working buffers); for generate, the largest
 DynamicCache it held. ``--roofline``: decode time per step against the memory-bandwidth limit (bytes
-of weights + KV read per step / a numpy-measured read bandwidth).
+of weights + KV read per step, at the model's dtype / a numpy-measured read bandwidth).
 Run:  OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE python benchmarks/engine_bench.py --json r.json
 """
 
@@ -47,6 +53,7 @@ SYSTEM_TEXT = ("<|im_start|>system\nYou are an agent in a household. Each turn y
                "'put mug 1 in/on coffeemachine 1', or 'think: <a short plan>'.<|im_end|>\n")
 USER = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 METHODS = ("engine", "hf_a", "hf_b")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def build_model(args):
@@ -61,6 +68,7 @@ def build_model(args):
         model = LlamaForCausalLM(cfg).eval()
         with torch.no_grad():  # widen random logits so greedy choices are not near-ties
             model.lm_head.weight.mul_(20.0)
+        model = model.to(DTYPES[args.dtype])
         model.generation_config.pad_token_id = 0
         model.generation_config.eos_token_id = None
         return model.eval(), None
@@ -74,7 +82,7 @@ def build_model(args):
         if not path.is_dir():
             raise SystemExit(f"--model {args.model!r}: not a registered model (smollm2-135m), 'random', "
                              f"or a checkpoint directory")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[args.dtype]).eval()
     # Every method generates exactly --act-len tokens (the engine with stop_token_ids=()), so all serve
     # the same tokens: generate must not stop at EOS either.
     model.generation_config.pad_token_id = model.config.eos_token_id
@@ -124,7 +132,8 @@ def count_tokens(system, obs, act_len):
 def kv_bytes_per_token(model) -> int:
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return 2 * c.num_hidden_layers * (c.num_key_value_heads or c.num_attention_heads) * head_dim * 4
+    elem = next(model.parameters()).element_size()  # the engine's and generate's KV take the weights' dtype
+    return 2 * c.num_hidden_layers * (c.num_key_value_heads or c.num_attention_heads) * head_dim * elem
 
 
 def run_engine(model, system, obs, args):
@@ -204,8 +213,18 @@ def run_hf_b(model, system, obs, args):
 
 
 def agreement(x, y):
+    """Fraction of actions (per episode and turn) that are identical."""
     pairs = [(a, b) for ea, eb in zip(x, y) for a, b in zip(ea, eb)]
     return sum(a == b for a, b in pairs) / max(len(pairs), 1)
+
+
+def token_agreement(x, y):
+    """Fraction of generated tokens equal position by position (after a first difference, later tokens
+    of that action and later turns' contexts differ too: greedy continues from its own choice)."""
+    pairs = [(a, b) for ea, eb in zip(x, y) for a, b in zip(ea, eb)]
+    same = sum(s == t for a, b in pairs for s, t in zip(a, b))
+    total = sum(min(len(a), len(b)) for a, b in pairs)
+    return same / max(total, 1)
 
 
 def spread(xs):
@@ -284,17 +303,18 @@ def attention_layouts(model, args) -> dict:
     g = torch.Generator().manual_seed(0)
     lens = [ctx - 4 * i for i in range(B)]
     maxl = max(lens)
-    seqs = [torch.randn(L, 2, KV, cap, D, generator=g) for _ in range(B)]
-    q = torch.randn(B, H, D, generator=g)
-    pool = torch.randn(L, 2, KV, B * cap, D, generator=g)
+    dt = next(model.parameters()).dtype  # the engine's working KV takes the weights' dtype
+    seqs = [torch.randn(L, 2, KV, cap, D, generator=g).to(dt) for _ in range(B)]
+    q = torch.randn(B, H, D, generator=g).to(dt)
+    pool = torch.randn(L, 2, KV, B * cap, D, generator=g).to(dt)
     idx = torch.cat([torch.arange(i * cap, i * cap + maxl) for i in range(B)])
     mask = torch.stack([torch.arange(maxl) < n for n in lens])[:, None, None]
     nb, per = -(-maxl // bs), -(-cap // bs)
-    blocks = torch.randn(L, 2, KV, B * per, bs, D, generator=g)
+    blocks = torch.randn(L, 2, KV, B * per, bs, D, generator=g).to(dt)
     bidx = torch.cat([torch.arange(i * per, i * per + nb) for i in range(B)])
     bmask = torch.stack([torch.arange(nb * bs) < n for n in lens])[:, None, None]
-    rect = torch.randn(L, 2, B * KV, cap, D, generator=g)
-    bias = torch.zeros(B, KV, 1, maxl)
+    rect = torch.randn(L, 2, B * KV, cap, D, generator=g).to(dt)
+    bias = torch.zeros(B, KV, 1, maxl, dtype=dt)
     for i, n in enumerate(lens):
         bias[i, :, :, n:] = float("-inf")
     bias = bias.view(B * KV, 1, maxl)
@@ -353,6 +373,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1,
                    help="torch.set_num_threads (1: on a shared, oversubscribed box 2 OpenMP threads stall)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float32", choices=tuple(DTYPES),
+                   help="weights and KV of every method (engine and both generate anchors)")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--roofline", action="store_true", help="also time decode steps against the bandwidth limit")
     p.add_argument("--roofline-context", type=int, default=400)
@@ -383,12 +405,12 @@ def main(argv=None) -> int:
     effective = count_tokens(system, obs, args.act_len)
     params = sum(q.numel() for q in model.parameters())
     bpt = kv_bytes_per_token(model)
-    print(f"model: {args.model} ({params / 1e6:.1f}M params, fp32), torch threads {torch.get_num_threads()}, "
+    print(f"model: {args.model} ({params / 1e6:.1f}M params, {args.dtype}), torch threads {torch.get_num_threads()}, "
           f"{platform.processor() or platform.machine()}, load {load()}")
     print(f"workload: {workload}, {args.episodes} episodes x {args.turns} turns, act {args.act_len}, system "
           f"{len(system)} tokens, observations {min(map(len, sum(obs, [])))}-{max(map(len, sum(obs, [])))} "
           f"tokens; effective tokens {effective}")
-    res: dict = {"args": vars(args), "workload": workload, "effective_tokens": effective, "params": params,
+    res: dict = {"args": vars(args), "dtype": args.dtype, "workload": workload, "effective_tokens": effective, "params": params,
                  "kv_bytes_per_token": bpt, "runs": []}
     fns = {"engine": run_engine, "hf_a": run_hf_a, "hf_b": run_hf_b}
     warm_sys, warm_obs = system, [ep[:2] for ep in obs[:2]]
@@ -423,12 +445,14 @@ def main(argv=None) -> int:
             wall = [ref[k]["wall_s"] / eng[k]["wall_s"] for k in sorted(eng)]
             cpu = [ref[k]["cpu_s"] / eng[k]["cpu_s"] for k in sorted(eng)]
             agree = agreement(acts["engine"], acts[name])
+            tok_agree = token_agreement(acts["engine"], acts[name])
             res[f"etps_ratio_vs_{name}"] = spread(wall)
             res[f"cpu_ratio_vs_{name}"] = spread(cpu)
             res[f"action_agreement_vs_{name}"] = agree
+            res[f"token_agreement_vs_{name}"] = tok_agree
             print(f"ETPS engine / {name}: median {statistics.median(wall):.2f}x [{min(wall):.2f}, {max(wall):.2f}] "
                   f"over {len(wall)} reps (per CPU second: {statistics.median(cpu):.2f}x "
-                  f"[{min(cpu):.2f}, {max(cpu):.2f}]); greedy actions identical: {agree:.1%}")
+                  f"[{min(cpu):.2f}, {max(cpu):.2f}]); greedy actions identical: {agree:.1%}, tokens {tok_agree:.1%}")
     if args.roofline:
         res["roofline"] = roofline(model, args)
     if args.json:

@@ -45,3 +45,22 @@ def test_engine_bench_refuses_bad_methods(capsys):
         _bench(TOY + ["--methods", "engine,vllm"])
     assert exc.value.code == 2
     assert "unknown 'vllm'; allowed: engine, hf_a, hf_b" in capsys.readouterr().err
+
+
+def test_engine_bench_bf16_runs_every_method_at_that_dtype(tmp_path):
+    out32, out16 = tmp_path / "f32.json", tmp_path / "bf16.json"
+    assert _bench(TOY + ["--reps", "1", "--methods", "engine,hf_b", "--json", str(out32)]) == 0
+    assert _bench(TOY + ["--reps", "1", "--methods", "engine,hf_b", "--dtype", "bfloat16", "--roofline",
+                         "--roofline-context", "16", "--json", str(out16)]) == 0
+    r32, r16 = json.loads(out32.read_text()), json.loads(out16.read_text())
+    assert r16["dtype"] == "bfloat16" and r16["kv_bytes_per_token"] * 2 == r32["kv_bytes_per_token"]
+    assert r16["roofline"]["weight_bytes"] * 2 == sum(p.numel() * 4 for p in _toy_params())
+    assert 0.9 <= r16["token_agreement_vs_hf_b"] <= 1.0 and "action_agreement_vs_hf_b" in r16
+
+
+def _toy_params():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=32 * 11 // 4, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    return list(LlamaForCausalLM(cfg).parameters())
