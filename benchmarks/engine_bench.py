@@ -450,9 +450,18 @@ def main(argv=None) -> int:
             res[f"cpu_ratio_vs_{name}"] = spread(cpu)
             res[f"action_agreement_vs_{name}"] = agree
             res[f"token_agreement_vs_{name}"] = tok_agree
+            first = token_agreement([ep[:1] for ep in acts["engine"]], [ep[:1] for ep in acts[name]])
+            res[f"first_turn_token_agreement_vs_{name}"] = first
             print(f"ETPS engine / {name}: median {statistics.median(wall):.2f}x [{min(wall):.2f}, {max(wall):.2f}] "
                   f"over {len(wall)} reps (per CPU second: {statistics.median(cpu):.2f}x "
-                  f"[{min(cpu):.2f}, {max(cpu):.2f}]); greedy actions identical: {agree:.1%}, tokens {tok_agree:.1%}")
+                  f"[{min(cpu):.2f}, {max(cpu):.2f}]); greedy actions identical: {agree:.1%}, tokens {tok_agree:.1%} "
+                  f"(first turn, same prompts for all: {first:.1%})")
+    if "hf_a" in acts and "hf_b" in acts:  # the anchors against each other: generate's own batching/cache noise
+        res["token_agreement_hf_a_vs_hf_b"] = token_agreement(acts["hf_a"], acts["hf_b"])
+        res["first_turn_token_agreement_hf_a_vs_hf_b"] = token_agreement([ep[:1] for ep in acts["hf_a"]],
+                                                                          [ep[:1] for ep in acts["hf_b"]])
+        print(f"greedy tokens hf_a vs hf_b: {res['token_agreement_hf_a_vs_hf_b']:.1%} (first turn "
+              f"{res['first_turn_token_agreement_hf_a_vs_hf_b']:.1%})")
     if args.roofline:
         res["roofline"] = roofline(model, args)
     if args.json:
