@@ -9,9 +9,17 @@ the same environment code.
 
 Budget: ``--updates`` optimiser steps, each on ``--prompts`` tasks x ``--generations`` sampled replies of
 at most ``--max-new-tokens`` tokens at temperature 1, learning rate ``--lr``, no KL (TRL's default
-beta=0), full fine-tuning in fp32 on CPU. EchoRL: ``--agent ppo`` on a text task (GRPO, group size =
-generations, no SFT warm start). TRL: ``GRPOConfig(use_cpu=True, bf16=False)``, its defaults otherwise
+beta=0), full fine-tuning on CPU. EchoRL: ``--agent ppo`` on a text task (GRPO, group size =
+generations, no SFT warm start). TRL: ``GRPOConfig(use_cpu=True)``, its defaults otherwise
 (gradient checkpointing on, its loss type and reward scaling).
+
+Precision, ``--dtype``: float32 everywhere, or bfloat16 on both sides. EchoRL: ``lm_config.compute_dtype``
+(the engine's weights in bf16; the learner's body under bf16 autocast, fp32 master weights, optimiser and
+LM head). TRL: ``bf16=True`` (accelerate's CPU bf16 autocast around every forward, generation included;
+fp32 master weights); if TRL refuses it, TRL runs in fp32 and the output says so. Each side's precision is
+measured, not assumed: the output dtype of the first decoder layer's MLP projection in the forwards of
+rollouts and of learning, and the comparison is labelled like-for-like only when both sides match.
+The shared evaluator always runs the (fp32) trained weights in fp32.
 
 Measured per contender, each in a fresh process (``--reps`` repetitions, order alternating: AB, BA...):
   rollout tokens/s   completion tokens sampled / seconds spent producing them. EchoRL: the engine's
@@ -43,6 +51,29 @@ import numpy as np
 import torch
 
 CONTENDERS = ("echo_rl", "trl")
+DTYPES = ("float32", "bfloat16")
+
+
+class DtypeProbe:
+    """Records the output dtype of one layer's MLP projection per phase: the precision actually computed in."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, set[str]] = {}
+
+    def attach(self, model: torch.nn.Module, phase) -> None:
+        """Hook ``model``'s first decoder layer's ``mlp.down_proj``; ``phase``: a label or a callable giving one."""
+        layer = next((m for name, m in model.named_modules() if name.endswith("layers.0.mlp.down_proj")), None)
+        if layer is None:
+            raise RuntimeError(f"no layers.0.mlp.down_proj in {type(model).__name__}: cannot measure its precision")
+
+        def hook(_mod, _inp, out):
+            self.seen.setdefault(phase() if callable(phase) else phase, set()).add(str(out.dtype).removeprefix("torch."))
+
+        layer.register_forward_hook(hook)
+
+    def precision(self) -> dict[str, str]:
+        """{"rollout": dtype, "learning": dtype} ("+"-joined where a phase ran in several; "none" if unseen)."""
+        return {k: "+".join(sorted(self.seen.get(k, ()))) or "none" for k in ("rollout", "learning")}
 
 
 def task_env(split: str, data_dir: str | None):
@@ -112,13 +143,18 @@ def run_echo_rl(args, out: Path) -> dict:
         "env_config": {"task": "output", "attempts": 1, "max_steps": 1},
         "lm_config.group_size": args.generations, "lm_config.max_new_tokens": args.max_new_tokens,
         "lm_config.max_turns": 1, "lm_config.temperature": 1.0, "lm_config.learning_rate": args.lr,
-        "lm_config.sft_episodes": 0, "lm_config.heldout_pool": 0, "lm_config.max_updates": args.updates})
+        "lm_config.sft_episodes": 0, "lm_config.heldout_pool": 0, "lm_config.max_updates": args.updates,
+        "lm_config.compute_dtype": args.dtype})
     agent = build_agent(config, torch.device("cpu"))
     if agent.rollout_config.system_prompt != INSTRUCT_SYSTEM:
         raise RuntimeError("the LM agent's system prompt changed: make this benchmark render the same one for TRL")
 
+    probe = DtypeProbe()
+    probe.attach(agent.model, "learning")
+
     async def train() -> list[dict]:
         await agent.start()
+        probe.attach(agent.engine.runner.model, "rollout")  # the engine's own copy of the weights
         rows = []
         for _ in range(args.updates):
             row = dict(await agent.train_iteration())
@@ -135,7 +171,8 @@ def run_echo_rl(args, out: Path) -> dict:
     rollout_s = sum(r["time/rollout_s"] for r in rows)
     return {"model": agent.model, "tokenizer": agent.tokenizer, "train_s": train_s, "updates": len(rows),
             "rollout_tokens": tokens, "rollout_s": rollout_s, "peak_rss_gb_train": rss,
-            "train_success": [r.get("episode/success_rate") for r in rows]}
+            "train_success": [r.get("episode/success_rate") for r in rows], "precision": probe.precision(),
+            "precision_setting": f"lm_config.compute_dtype={args.dtype}"}
 
 
 def run_trl(args, out: Path) -> dict:
@@ -163,29 +200,48 @@ def run_trl(args, out: Path) -> dict:
     def reward(prompts, completions, task_index, **_):
         return [score(env, int(i), c) for i, c in zip(task_index, completions)]
 
+    phase = ["learning"]
+    probe = DtypeProbe()
+    probe.attach(model, lambda: phase[0])
+
     class TimedGRPOTrainer(GRPOTrainer):
         gen_s, gen_tokens = 0.0, 0
 
         def _generate_single_turn(self, prompt_ids, *a, **kw):
-            t0 = time.perf_counter()
-            result = super()._generate_single_turn(prompt_ids, *a, **kw)
+            t0, phase[0] = time.perf_counter(), "rollout"
+            try:
+                result = super()._generate_single_turn(prompt_ids, *a, **kw)
+            finally:
+                phase[0] = "learning"
             TimedGRPOTrainer.gen_s += time.perf_counter() - t0
             TimedGRPOTrainer.gen_tokens += sum(len(c) for c in result[0])  # (completion_ids, logprobs)
             return result
 
-    cfg = GRPOConfig(output_dir=str(out / "trl"), use_cpu=True, bf16=False, seed=args.seed, report_to=[],
-                     per_device_train_batch_size=args.prompts * args.generations,
-                     num_generations=args.generations, max_completion_length=args.max_new_tokens,
-                     temperature=1.0, learning_rate=args.lr, beta=0.0, max_steps=args.updates,
-                     logging_steps=1, save_strategy="no", dataloader_num_workers=0)
-    trainer = TimedGRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok)
+    def make_trainer(bf16: bool):
+        cfg = GRPOConfig(output_dir=str(out / "trl"), use_cpu=True, bf16=bf16, seed=args.seed, report_to=[],
+                         per_device_train_batch_size=args.prompts * args.generations,
+                         num_generations=args.generations, max_completion_length=args.max_new_tokens,
+                         temperature=1.0, learning_rate=args.lr, beta=0.0, max_steps=args.updates,
+                         logging_steps=1, save_strategy="no", dataloader_num_workers=0)
+        return TimedGRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data,
+                                processing_class=tok)
+
+    refused = None
+    try:
+        trainer = make_trainer(bf16=args.dtype == "bfloat16")
+    except (ValueError, RuntimeError) as exc:  # e.g. a TRL/transformers version without CPU bf16
+        refused = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        print(f"TRL refused bf16=True on CPU ({refused}): TRL runs in float32", file=sys.stderr, flush=True)
+        trainer = make_trainer(bf16=False)
     t0 = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t0
     logs = [h for h in trainer.state.log_history if "reward" in h]
     return {"model": trainer.model, "tokenizer": tok, "train_s": train_s, "updates": trainer.state.global_step,
             "rollout_tokens": TimedGRPOTrainer.gen_tokens, "rollout_s": TimedGRPOTrainer.gen_s,
-            "peak_rss_gb_train": peak_rss_gb(), "train_success": [h["reward"] for h in logs]}
+            "peak_rss_gb_train": peak_rss_gb(), "train_success": [h["reward"] for h in logs],
+            "precision": probe.precision(), "precision_setting": f"GRPOConfig(use_cpu=True, bf16={trainer.args.bf16})",
+            "bf16_refused": refused}
 
 
 def worker(args) -> None:
@@ -227,6 +283,20 @@ def baseline(args) -> None:
     print(json.dumps(res))
 
 
+def precision_verdict(echo: list[dict], trl: list[dict]) -> str:
+    """One line saying each side's measured precision and whether the ratios compare like with like."""
+    lines = []
+    for name, rows in (("echo_rl", echo), ("trl", trl)):
+        p = {json.dumps(r["precision"], sort_keys=True) for r in rows}
+        refused = {r["bf16_refused"] for r in rows if r.get("bf16_refused")}
+        lines.append(f"{name} precision {' | '.join(sorted(p))} ({rows[0]['precision_setting']})"
+                     + (f" - TRL refused bf16: {refused.pop()}" if refused else ""))
+    same = all(e["precision"] == t["precision"] for e, t in zip(echo, trl))
+    lines.append("ratios below: LIKE-FOR-LIKE precision" if same else
+                 "ratios below: UNLIKE precision (the sides computed in different dtypes): not a like-for-like ratio")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs/trl_anchor")
@@ -234,6 +304,8 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=2, help="tasks per update")
     p.add_argument("--generations", type=int, default=4, help="sampled replies per task (the GRPO group)")
     p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="compute precision of both sides (bfloat16: EchoRL compute_dtype, TRL bf16=True)")
     p.add_argument("--lr", type=float, default=1e-6, help="TRL's default; EchoRL's pretrained default is 1e-5")
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
@@ -259,7 +331,8 @@ def main() -> None:
     summary = Path(args.out) / "summary.json"
     summary.write_text(json.dumps(results, indent=1))
     by = {c: [r for r in results if r["contender"] == c] for c in CONTENDERS}
-    for key in ("rollout_tokens_per_s", "updates_per_hour", "peak_rss_gb", "test_success"):
+    print(precision_verdict(by["echo_rl"], by["trl"]))
+    for key in ("rollout_tokens_per_s", "updates_per_hour", "peak_rss_gb", "peak_rss_gb_train", "test_success"):
         ratios = [e[key] / t[key] if t[key] else float("nan") for e, t in zip(by["echo_rl"], by["trl"])]
         print(f"{key}: echo_rl {[round(r[key], 3) for r in by['echo_rl']]} trl {[round(r[key], 3) for r in by['trl']]}"
               f" ratio per rep {[round(x, 2) for x in ratios]}")
