@@ -58,3 +58,14 @@ def test_bad_compute_dtype_is_one_line(checkpoint):
         TrainingConfig().with_overrides({"lm_config.compute_dtype": "float16"})
     with pytest.raises(ValueError, match="compute_dtype='int8' is invalid"):
         LMLearnerConfig(compute_dtype="int8")
+
+
+def test_sft_cache_is_not_shared_across_compute_dtypes(checkpoint, tmp_path):
+    over = {"lm_config.max_updates": 1, "lm_config.sft_cache_dir": str(tmp_path / "sft"),
+            "echo_config.latent_plan": False, "lm_config.heldout_pool": 0}
+    for i, dt in enumerate(("float32", "bfloat16", "bfloat16")):
+        cfg = _cfg(checkpoint, **{**over, "lm_config.compute_dtype": dt})
+        asyncio.run(EchoRLTrainer(cfg, tmp_path / f"run{i}", show_progress=False).train())
+    cached = [json.loads((tmp_path / f"run{i}" / "metrics.jsonl").read_text().splitlines()[1])["sft/cached"]
+              for i in range(3)]
+    assert cached == [0.0, 0.0, 1.0]  # a bf16 warm start is not an fp32 one

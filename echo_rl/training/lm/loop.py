@@ -307,7 +307,7 @@ class LMAgent(AgentBase):
         if lm.sft_cache_dir:
             key = {"backbone": cfg.backbone, "seed": cfg.seed, "env_name": cfg.env_name,
                    "env": env_kwargs(cfg, False), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
-                                                          lm.max_turns, lm.sft_batch_episodes],
+                                                          lm.max_turns, lm.sft_batch_episodes, lm.compute_dtype],
                    "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
             cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
