@@ -288,7 +288,8 @@ def attention_layouts(model, args) -> dict:
     """CPU time of one decode step's attention over all layers, ``--episodes`` sequences at --roofline-context.
 
     The measurement behind the engine's working-KV layout (docs/engine.md): ``loop`` = per sequence ``bmm``
-    over its own contiguous head-major KV, in place (what the engine does); ``pool_gather_sdpa`` = KV in one
+    over its own contiguous head-major KV, in place (what the engine does in float32; with bf16 weights it
+    does ``loop_fp32_math``: the same over bf16 KV upcast per call); ``pool_gather_sdpa`` = KV in one
     shared token pool (paged, prefix blocks shared), gathered each step into a padded batch for one SDPA
     call per layer; ``block_gather_sdpa`` = the same with 32-token blocks; ``padded_rect_bmm`` = all
     sequences in one preallocated rectangle, one strided ``baddbmm`` per layer with a length mask.
@@ -324,6 +325,12 @@ def attention_layouts(model, args) -> dict:
             torch.cat([torch.bmm(torch.softmax(torch.bmm(q[i].view(KV, G, D), seqs[i][li, 0, :, :n].transpose(1, 2)),
                                                -1), seqs[i][li, 1, :, :n]).view(1, -1) for i, n in enumerate(lens)])
 
+    def loop_fp32_math():  # the engine with bf16 weights: bf16 KV, scores and softmax in float32
+        for li in range(L):
+            torch.cat([torch.bmm(torch.softmax(torch.bmm(q[i].view(KV, G, D).float(),
+                                                         seqs[i][li, 0, :, :n].float().transpose(1, 2)), -1),
+                                 seqs[i][li, 1, :, :n].float()).view(1, -1).to(dt) for i, n in enumerate(lens)])
+
     def pool_gather_sdpa():
         for li in range(L):
             kv = pool[li].index_select(2, idx).view(2, KV, B, maxl, D).transpose(1, 2)
@@ -340,7 +347,8 @@ def attention_layouts(model, args) -> dict:
             torch.bmm(torch.softmax(s, -1), rect[li, 1, :, :maxl])
 
     out = {}
-    for f in (loop, pool_gather_sdpa, block_gather_sdpa, padded_rect_bmm):
+    fns = (loop, pool_gather_sdpa, block_gather_sdpa, padded_rect_bmm)
+    for f in fns if dt == torch.float32 else (loop, loop_fp32_math) + fns[1:]:
         f()
         c0 = time.process_time()
         for _ in range(5):
