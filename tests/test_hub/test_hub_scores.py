@@ -27,11 +27,12 @@ def _table_after(header_start: str, nth: int = 0) -> list[list[str]]:
 
 def test_every_study_of_the_document_is_in_the_hub():
     studies = [line[3:] for line in DOC if line.startswith("## ")]
-    assert len(studies) == 6
+    assert len(studies) == 7
     sources = " ".join(scores.load(n).data["source"] for n in scores.names())
     for anchor in ("#the-ppo-demo-recipe-across-seeds", "#measured", "#held-out-seeds", "#longer-runs",
                    "#intrinsic-rewards-on-hard-exploration", "#prompting-baselines-with-smollm2",
-                   "#ppo-on-continuous-control-pendulum-and-deepmind-control"):
+                   "#ppo-on-continuous-control-pendulum-and-deepmind-control",
+                   "#pixel-observations-and-pre-training"):
         assert anchor in sources
     for n in scores.names():
         s = scores.load(n)
@@ -191,3 +192,25 @@ def test_prompting_baselines_table_is_the_hubs_episodes():
             continue
         outcomes = study.method(method)["episodes"][task]
         assert cell.startswith(f"{sum(outcomes)}/{len(outcomes)} = {rate:.2f}")
+
+
+def test_pixels_and_pretraining_tables():
+    """The pixel table and the pre-training table: every cell from the hub's per-seed evaluations."""
+    study = scores.load("pixels-and-pretraining")
+    pixel_rows = _table_after("| task | method | seed | untrained policy")
+    assert len(pixel_rows) == 5
+    for task, method, seed, start, final, *_ in pixel_rows:
+        col, i = study.tasks.index(task.strip("`")), study.seeds(method.strip("`")).index(int(seed))
+        cells = {m: study.scores(method.strip("`"), m)[i, col] for m in study.metrics}
+        assert start == f"{cells['start_eval_return']:.3f} / {cells['start_eval_success']:.2f}"
+        assert final == f"{cells['final_eval_return']:.3f} / {cells['final_eval_success']:.2f}"
+    rows = _table_after("| arm | seed | start policy")
+    assert len(rows) == sum(len(study.seeds(m)) for m in ("ppo/scratch", "ppo/rnd-pretrained"))
+    for arm, seed, start, curve, final in rows:
+        method = arm.strip("`")
+        i = study.seeds(method).index(int(seed))
+        assert start == f"{study.scores(method, 'start_eval_success')[i, 2]:.2f}"
+        steps, values = study.curves(method, "success_rate")
+        assert list(steps) == [10240, 20480, 30720, 40960, 51200, 61440]
+        assert curve == " / ".join(f"{v:.2f}" for v in values[i])
+        assert final == f"{study.scores(method)[i, 2]:.3f}" and values[i, -1] == study.scores(method, "final_eval_success")[i, 2]
