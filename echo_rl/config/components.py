@@ -221,14 +221,16 @@ class LMConfig(ConfigBase):
     kl_coef: float = spec(0.0, help="weight of the k3 KL to the policy the RL phase started from (after SFT); "
                                     "0: no reference model, no KL term", min=0)
     sft_episodes: int | None = spec(None, help="expert episodes for the SFT warm start (0: no warm start; None: 16 "
-                                               "for a tiny random backbone, 8 for a pretrained one)", min=0)
+                                               "for a tiny random backbone, 48 for a pretrained one)", min=0)
     sft_steps: int | None = spec(None, help="SFT optimiser steps on those episodes (None: 20 for a tiny random "
-                                            "backbone, 4 for a pretrained one)", min=0)
+                                            "backbone, 18 for a pretrained one)", min=0)
     sft_learning_rate: float | None = spec(None, help="learning rate of the SFT warm start (None: 3e-3 for a tiny "
-                                                      "random backbone, 3e-5 for a pretrained one)", gt=0)
-    sft_batch_episodes: int = spec(0, help="expert episodes per SFT step, drawn without replacement and "
-                                           "reshuffled each pass (0: every episode in every step); smaller "
-                                           "batches give more updates for the same compute", min=0)
+                                                      "random backbone, 5e-5 for a pretrained one)", gt=0)
+    sft_batch_episodes: int | None = spec(None, help="expert episodes per SFT step, drawn without replacement "
+                                                     "and reshuffled each pass (0: every episode in every step; "
+                                                     "None: 0 for a tiny random backbone, 8 for a pretrained "
+                                                     "one); smaller batches give more updates for the same "
+                                                     "compute", min=0)
     sft_cache_dir: str | None = spec(None, help="share SFT results between runs that differ only after SFT "
                                                 "(e.g. a lambda sweep of one seed)")
     heldout_pool: int = spec(8, help="held-out expert episodes whose env-output CE is measured at each "

@@ -210,6 +210,7 @@ def test_defaults_follow_the_backbone_and_explicit_values_win():
     cfg = TrainingConfig(env_name="minigrid", backbone="tiny")
     tiny, real = resolve_lm_defaults(cfg, tiny=True).lm_config, resolve_lm_defaults(cfg, tiny=False).lm_config
     assert (tiny.learning_rate, tiny.sft_learning_rate, tiny.sft_episodes, tiny.sft_steps) == (1e-4, 3e-3, 16, 20)
-    assert (real.learning_rate, real.sft_learning_rate, real.sft_episodes, real.sft_steps) == (1e-5, 3e-5, 8, 4)
+    assert (real.learning_rate, real.sft_learning_rate, real.sft_episodes, real.sft_steps) == (1e-5, 5e-5, 48, 18)
+    assert (tiny.sft_batch_episodes, real.sft_batch_episodes) == (0, 8)
     own = TrainingConfig(env_name="minigrid", backbone="tiny", lm_config={"sft_learning_rate": 1e-4})
     assert resolve_lm_defaults(own, tiny=False).lm_config.sft_learning_rate == 1e-4
