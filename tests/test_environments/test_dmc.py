@@ -14,7 +14,7 @@ from echo_rl.config import ConfigError
 from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env, restore_vector_env, snapshot_vector_env
 from echo_rl.environments.registry import gym_task, is_vector_task
 from echo_rl.training.agents import build_agent
-from echo_rl.training.run_dir import RunDirectory
+from tests.resume_helpers import cut_and_resume
 
 CPU = torch.device("cpu")
 STATES = {"dmc:cartpole-swingup": (5,), "dmc:walker-walk": (24,), "dmc:reacher-easy": (6,)}
@@ -141,20 +141,9 @@ def test_ppo_trains_on_a_dmc_task_and_resumes_bit_exactly(tmp_path):
     finally:
         whole.close()
     assert "distribution.log_std" in weights and all(np.isfinite(r["loss/value"]) for r in rows_whole)
-    run = RunDirectory(tmp_path / "run", config)
-    run.create()
-    first = build_agent(config, CPU)
-    try:
-        rows = [first.train_iteration()]
-        run.save_checkpoint(first.env_steps, first.state_dict(), first.rollout_state())
-    finally:
-        first.close()
-    resumed = build_agent(config, CPU)
-    try:
-        run.load_newest(lambda payload, rollout: (resumed.load_state_dict(payload["state"]),
-                                                  resumed.load_rollout_state(rollout)))
-        rows += [resumed.train_iteration() for _ in range(2)]
+
+    def check(resumed, rows):
         assert rows == rows_whole
         assert all(torch.equal(v, weights[k]) for k, v in resumed.network.state_dict().items())
-    finally:
-        resumed.close()
+
+    cut_and_resume(config, tmp_path / "run", 1, 2, check)

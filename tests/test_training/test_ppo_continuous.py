@@ -22,7 +22,7 @@ from echo_rl.models.distributions import DiagGaussian, is_continuous
 from echo_rl.models.policies import EpsilonCategorical
 from echo_rl.training.agents import build_agent
 from echo_rl.training.rollout import sample_policy, torch_generator
-from echo_rl.training.run_dir import RunDirectory
+from tests.resume_helpers import cut_and_resume
 
 CPU = torch.device("cpu")
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -161,24 +161,13 @@ def test_a_resumed_continuous_run_equals_an_uninterrupted_one(tmp_path, scale):
     assert not torch.equal(start["distribution.log_std"], weights_whole["distribution.log_std"])  # it learns
     assert all(np.isfinite(r["loss/policy"]) and np.isfinite(r["loss/value"]) for r in rows_whole)
 
-    run = RunDirectory(tmp_path / "run", config)
-    run.create()
-    first = build_agent(config, CPU)
-    try:
-        rows = [first.train_iteration() for _ in range(2)]
-        run.save_checkpoint(first.env_steps, first.state_dict(), first.rollout_state())
-    finally:
-        first.close()
-    resumed = build_agent(config, CPU)
-    try:
-        run.load_newest(lambda payload, rollout: (resumed.load_state_dict(payload["state"]),
-                                                  resumed.load_rollout_state(rollout)))
-        rows += [resumed.train_iteration() for _ in range(2)]
+
+    def check(resumed, rows):
         assert rows == rows_whole
         for k, v in resumed.network.state_dict().items():
             assert torch.equal(v, weights_whole[k]), k
-    finally:
-        resumed.close()
+
+    cut_and_resume(config, tmp_path / "run", 2, 2, check)
 
 
 def test_a_checkpoint_with_other_reward_scaling_is_refused_in_one_line():
