@@ -15,9 +15,11 @@ CPU = torch.device("cpu")
 
 
 def cut_and_resume(config: Any, run_dir: Path, before: int, after: int,
-                   check: Callable[[Any, list[dict]], None]) -> None:
-    """Train ``before`` iterations, checkpoint, load the checkpoint into a new agent, train ``after`` more, then
-    ``check(resumed_agent, rows_of_both_parts)`` while the resumed agent is still open."""
+                   check: Callable[[Any, list[dict]], None],
+                   loaded: Callable[[Any], None] | None = None) -> None:
+    """Train ``before`` iterations, checkpoint, load the checkpoint into a new agent (``loaded(agent)`` sees it
+    before it trains), train ``after`` more, then ``check(resumed_agent, rows_of_both_parts)`` while the resumed
+    agent is still open."""
     run = RunDirectory(run_dir, config)
     run.create()
     first = build_agent(config, CPU)
@@ -30,6 +32,8 @@ def cut_and_resume(config: Any, run_dir: Path, before: int, after: int,
     try:
         run.load_newest(lambda payload, rollout: (resumed.load_state_dict(payload["state"]),
                                                   resumed.load_rollout_state(rollout)))
+        if loaded is not None:
+            loaded(resumed)
         rows += [resumed.train_iteration() for _ in range(after)]
         check(resumed, rows)
     finally:

@@ -10,6 +10,7 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.agents import AGENTS, build_agent
 from echo_rl.training.run_dir import RunDirectory
+from tests.resume_helpers import cut_and_resume
 
 EMPTY = "minigrid:MiniGrid-Empty-5x5-v0"
 CPU = torch.device("cpu")
@@ -90,28 +91,18 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     finally:
         whole.close()
 
-    run = RunDirectory(tmp_path / "run", config)
-    run.create()
-    first = build_agent(config, CPU)
-    try:
-        rows = [first.train_iteration() for _ in range(2)]
-        run.save_checkpoint(first.env_steps, first.state_dict(), first.rollout_state())
-    finally:
-        first.close()
-    resumed = build_agent(config, CPU)
-    try:
-        run.load_newest(lambda payload, rollout: (resumed.load_state_dict(payload["state"]),
-                                                  resumed.load_rollout_state(rollout)))
-        assert len(resumed.feed.buffer) == 128
-        rows += [resumed.train_iteration() for _ in range(2)]
+    def check(resumed, rows):
         assert resumed.updates == (256 - 64) // 4
         for k, v in resumed.q.state_dict().items():
             assert torch.equal(v, weights_whole[k]), k
         drop = ("replay/samples_added",)  # counted per server: the resumed one saw only its own writes
         assert [{k: v for k, v in r.items() if k not in drop} for r in rows] == \
                [{k: v for k, v in r.items() if k not in drop} for r in rows_whole]
-    finally:
-        resumed.close()
+
+    def loaded(resumed):
+        assert len(resumed.feed.buffer) == 128
+
+    cut_and_resume(config, tmp_path / "run", 2, 2, check, loaded)
 
 
 def test_with_a_rate_limiter_the_learner_draws_as_the_limiter_allows():
