@@ -116,7 +116,8 @@ class ProcessActor:
             raise RuntimeError(f"the actor process sent nothing within {START_TIMEOUT_S:.0f} s")
         try:
             msg = self._conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):  # reset: it died with our request unread in its socket
+            self._proc.join(timeout=5)
             raise RuntimeError(f"the actor process died (exit code {self._proc.exitcode})") from None
         if msg[0] == "error":
             raise RuntimeError(f"the actor process failed: {msg[1]}")

@@ -208,3 +208,31 @@ def test_async_impala_solves_empty_5x5():
     """The synchronous test's bar (test_impala_learns_empty_5x5) at the same 40k steps."""
     _, after, _ = _train_and_evaluate(40_000)
     assert after["success_rate"] >= 0.9, after
+
+
+def test_a_connection_reset_by_a_dead_actor_is_reported_as_its_death():
+    """A worker killed with the learner's request unread resets the socket (ECONNRESET, not EOF): same one line."""
+    import os
+    import signal
+
+    agent = make_agent()
+    try:
+        agent.train_iteration()
+        os.kill(agent._actor._proc.pid, signal.SIGKILL)
+        agent._actor._proc.join()
+
+        class ResetConn:
+            def poll(self, timeout):
+                return True
+
+            def recv(self):
+                raise ConnectionResetError(104, "Connection reset by peer")
+
+        real, agent._actor._conn = agent._actor._conn, ResetConn()
+        try:
+            with pytest.raises(RuntimeError, match=r"^the actor process died \(exit code -9\)"):
+                agent._actor._receive("unroll")
+        finally:
+            agent._actor._conn = real
+    finally:
+        agent.close()
