@@ -3,6 +3,18 @@ import pytest
 from echo_rl.utils.paths import data_root
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny networks: torch's thread pool only contends with the envs on a small box (opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     """The benchmark data folder (../shared/data); tests needing it skip when it is absent."""

@@ -34,6 +34,7 @@ from echo_rl.config import TrainingConfig
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
+from echo_rl.training.lm.learner import COMPUTE_DTYPES
 from echo_rl.training.lm.rollout import RolloutConfig
 
 END_EPISODE = None  # the recorder's event for "the episode ended"
@@ -100,8 +101,6 @@ class LMRolloutActor:
 
         torch.manual_seed(config.seed)
         self.config = config
-        from echo_rl.training.lm.learner import COMPUTE_DTYPES
-
         self.dtype = COMPUTE_DTYPES[config.lm_config.compute_dtype]  # the engine's weights, as in-process
         self.model, tokenizer = load_policy(config.backbone, config.seed)
         self.model.to(self.dtype)

@@ -20,12 +20,7 @@ CPU = torch.device("cpu")
 STATES = {"dmc:cartpole-swingup": (5,), "dmc:walker-walk": (24,), "dmc:reacher-easy": (6,)}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # tiny networks: torch's thread pool only contends with the envs on a small box
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def needs_dm_control():

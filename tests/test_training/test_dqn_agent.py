@@ -25,12 +25,7 @@ def small_config(**changes) -> TrainingConfig:
                                   "dqn_config.target_network_frequency": 5, **overrides})
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_dqn_is_registered():

@@ -28,12 +28,7 @@ CPU = torch.device("cpu")
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_config(**changes) -> TrainingConfig:

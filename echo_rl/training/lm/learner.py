@@ -294,7 +294,7 @@ class LMLearner:
         hidden = out.hidden_states[-1].float()
         values = self.value_head(hidden)
         last = batch.attention_mask.sum(1) - 1
-        final = self.value_head.proj(hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float())
+        final = self.value_head.proj(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
         needed = self._needed(batch)
         if chunked_head(self.model):
             lps = hidden_logprobs(hidden, self.model.get_output_embeddings(), batch.input_ids, needed, temperatures,
