@@ -84,3 +84,18 @@ def test_a_target_the_model_lacks_is_one_clear_error(checkpoint, tmp_path):
     assert not (tmp_path / "run").exists()
     with pytest.raises(ConfigError, match="lora_targets"):
         TrainingConfig(env_name="minigrid", backbone="tiny", lm_config={"lora_rank": 4, "lora_targets": " , "})
+
+
+def test_sft_cache_is_not_shared_between_full_fine_tuning_and_lora(checkpoint, tmp_path):
+    """A full fine-tune's warm start is not an adapter warm start (nor loadable into the adapted model)."""
+    import json
+
+    sft = {"lm_config.max_updates": 1, "lm_config.sft_cache_dir": str(tmp_path / "sft")}
+    arms = [{}, LORA, LORA, {**LORA, "lm_config.lora_rank": 8}]
+    for i, over in enumerate(arms):
+        cfg = _cfg(checkpoint, **{**LORA, **over, "lm_config.lora_rank": over.get("lm_config.lora_rank", 0),
+                                  **sft})
+        asyncio.run(EchoRLTrainer(cfg, tmp_path / f"run{i}", show_progress=False).train())
+    cached = [json.loads((tmp_path / f"run{i}" / "metrics.jsonl").read_text().splitlines()[1])["sft/cached"]
+              for i in range(len(arms))]
+    assert cached == [0.0, 0.0, 1.0, 0.0]

@@ -309,6 +309,8 @@ class LMAgent(AgentBase):
                    "env": env_kwargs(cfg, False), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
                                                           lm.max_turns, lm.sft_batch_episodes, lm.compute_dtype],
                    "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
+            if lm.lora_rank:  # adapters change what SFT trains and the state's keys (absent: full fine-tuning)
+                key["lora"] = [lm.lora_rank, lm.lora_alpha, lm.lora_targets]
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
             cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
             if cache.is_file():
