@@ -37,6 +37,9 @@ class BenchmarkConfig(ConfigBase):
     task_configs: dict = spec(default_factory=dict, help="{task: keyword arguments of its environment}")
     backbones: list = spec(default_factory=list, help="LM backbones for the methods that need one (or one "
                                                       "registered with echo_rl.models.register_backbone)")
+    backbone_config: dict = spec(default_factory=dict,
+                                 help="BackboneConfig fields for every backbone, e.g. {dtype: bfloat16} for a local "
+                                      "model's weights")
     baselines: list = spec(default_factory=lambda: ["random", "expert", "ppo"],
                            help="methods to run (see `echo-rl benchmark --list-methods`; your own: "
                                 "echo_rl.evaluation.methods.register_baseline)")
@@ -82,6 +85,9 @@ class BenchmarkConfig(ConfigBase):
             _methods.get_method(method)
         for backbone in self.backbones:
             check_backbone_name(backbone)
+        from echo_rl.models.config import BackboneConfig
+
+        BackboneConfig.from_dict(self.backbone_config, prefix="backbone_config")  # an unknown field or bad value fails before any cell
         unknown = sorted(set(self.task_configs) - set(self.tasks))
         if unknown:
             self._fail("task_configs", unknown[0], f"is not one of tasks: {', '.join(self.tasks)}")
@@ -168,6 +174,8 @@ class EchoRLBenchmark:
             "task_config": cfg.task_configs.get(cell.task, {}),
             "method_config": cfg.training_overrides(cell.method) if m.trainer_agent else {},
             "device": cfg.device if m.trainer_agent else "cpu",
+            # only when set, so cells stored before the field existed keep their fingerprint
+            **({"backbone_config": cfg.backbone_config} if cfg.backbone_config else {}),
         })
 
     # -- running ----------------------------------------------------------
@@ -227,7 +235,7 @@ class EchoRLBenchmark:
             task_config=dict(cfg.task_configs.get(cell.task, {})),
             method_config=cfg.training_overrides(cell.method) if spec_.trainer_agent else {},
             work_dir=work_dir, deadline=time.monotonic() + cfg.evaluation_timeout, device=cfg.device,
-            fingerprint=pc.fingerprint, concurrency=cfg.concurrency)
+            fingerprint=pc.fingerprint, concurrency=cfg.concurrency, backbone_config=dict(cfg.backbone_config))
         monitor = PerformanceMonitor(interval=1.0)
         monitor.start_monitoring()
         status, reason, outcome = "ok", None, None

@@ -49,6 +49,7 @@ class CellContext:
     device: str = "cpu"
     fingerprint: str = ""
     concurrency: int = 1  # episodes a prompting runner may run at once
+    backbone_config: dict[str, Any] = field(default_factory=dict)  # BackboneConfig fields (dtype, device, ...)
 
     def episode_seed(self, i: int) -> int:
         return self.cell.seed * 10_000 + i
@@ -291,7 +292,7 @@ def load_cell_backbone(ctx: CellContext) -> Any:
     from echo_rl.models import load_backbone
 
     try:
-        return load_backbone(ctx.cell.backbone)
+        return load_backbone(ctx.cell.backbone, ctx.backbone_config or None)
     except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
         raise MethodUnavailable(str(exc)) from None
 

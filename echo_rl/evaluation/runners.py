@@ -66,7 +66,7 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
     model = None
     if ctx.cell.backbone != EXPERT:  # before the env: a missing API key skips the cell without building it
         try:
-            model = engine_backed(load_backbone(ctx.cell.backbone))
+            model = engine_backed(load_backbone(ctx.cell.backbone, ctx.backbone_config or None))
         except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
             raise MethodUnavailable(str(exc)) from None
     try:

@@ -127,3 +127,24 @@ def test_cli_trains_on_the_registered_task(tmp_path, tiny_path):
                  "--set", "lm_config.max_new_tokens=4", "--set", "evaluation_episodes=2",
                  "--set", "env_config={max_steps: 3}"]) == 0
     assert (run / "metrics.jsonl").is_file()
+
+
+def test_benchmark_builds_every_backbone_with_backbone_config(tmp_path):
+    """``backbone_config`` reaches the prompting and custom runners' load_backbone, and a cell run with other
+    settings is not reused as if it were the same cell."""
+    from echo_custom_plugin import ScriptedBackbone, _read_word
+
+    seen = []
+    register_backbone("custom_backbone_cfg",
+                      lambda config: seen.append(config.dtype) or ScriptedBackbone(_read_word, name="cfg"))
+
+    def bench(dtype):
+        cfg = BenchmarkConfig(tasks=["custom_task"], backbones=["custom_backbone_cfg"],
+                              baselines=["custom_baseline", "react"], num_seeds=1, num_episodes=2,
+                              max_steps_per_episode=3, output_dir=str(tmp_path / "bench"), generate_plots=False,
+                              generate_report=False, backbone_config={"dtype": dtype})
+        return asyncio.run(EchoRLBenchmark(cfg).run_benchmark())
+
+    assert bench("bfloat16")["ok"] == 2 and seen == ["bfloat16", "bfloat16"]
+    assert bench("bfloat16")["reused"] == 2 and len(seen) == 2
+    assert bench("float32")["ok"] == 2 and seen[2:] == ["float32", "float32"]

@@ -37,6 +37,8 @@ def _cfg(tmp_path, **kw):
     ("baselines", ["random", "reactt"], r"unknown baseline 'reactt'; allowed: .*react.*tot"),
     ("backbones", ["gpt-5o"], r"unknown backbone 'gpt-5o'; allowed: tiny.*gpt-4o"),
     ("echo_rl_configs", {"total_timestep": 10}, r"unknown field echo_rl_configs.total_timestep"),
+    ("backbone_config", {"dtyp": "bfloat16"}, r"unknown field backbone_config.dtyp; allowed: .*dtype"),
+    ("backbone_config", {"dtype": "int8"}, r"dtype='int8' is invalid"),
 ])
 def test_bad_names_fail_before_any_work(tmp_path, field, value, match):
     kw = {"baselines": ["random", "ppo"], field: value}
