@@ -20,7 +20,7 @@ _SCALARS = {"num_seeds": "num_seeds", "num_episodes": "num_episodes", "max_steps
             "device": "device", "seed_offset": "seed_offset", "concurrency": "concurrency"}
 
 
-_FREE_MAPPINGS = ("echo_rl_configs", "task_configs")
+_FREE_MAPPINGS = ("echo_rl_configs", "task_configs", "backbone_config")
 
 
 def _names(text: str) -> list[str]:
@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-timesteps", type=int,
                    help="environment steps for trained methods (sets echo_rl_configs.total_timesteps)")
     p.add_argument("--device", help="torch device for trained methods (default cpu)")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="local backbones' weight dtype (sets backbone_config.dtype; default auto)")
     p.add_argument("--concurrency", type=int, help="episodes a prompting method runs at once per cell (default 8)")
     p.add_argument("--output-dir", help="run directory; rerunning with the same one resumes (default runs/benchmark)")
     p.add_argument("--reps", type=int, help="bootstrap resamples (default 50000)")
@@ -67,6 +69,8 @@ def build_config(args: argparse.Namespace):
     for flag, field in _SCALARS.items():
         if getattr(args, flag) is not None:
             data[field] = getattr(args, flag)
+    if args.dtype is not None:
+        data["backbone_config"] = {**data["backbone_config"], "dtype": args.dtype}
     if args.train_timesteps is not None:
         data["echo_rl_configs"] = {**data["echo_rl_configs"], "total_timesteps": args.train_timesteps}
     if args.no_plots:

@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=None, help="episodes to run (default: the run's evaluation_episodes, or 10)")
     p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's seed, or 0)")
     p.add_argument("--max-steps", type=int, default=None, help="text tasks: step limit per episode")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default=None,
+                   help="text tasks: a local backbone's weight dtype (default auto)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="text tasks: episodes in flight at once (default 8; a local model decodes them together)")
     p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],
@@ -33,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise ConfigError(f"--concurrency={args.concurrency} is invalid: must be >= 1")
     if args.run_dir:
-        if args.agent or args.backbone or args.set or args.concurrency:
-            raise ConfigError("--run-dir evaluates a trained run; --agent/--backbone/--set/--concurrency are for "
-                              "text-task prompting agents")
+        if args.agent or args.backbone or args.set or args.concurrency or args.dtype:
+            raise ConfigError("--run-dir evaluates a trained run; --agent/--backbone/--set/--concurrency/--dtype are "
+                              "for text-task prompting agents")
         results = _eval_run(args)
         if args.output:
             with open(args.output, "w") as fh:
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         results = evaluate_text_agent(task=args.task, agent=args.agent, backbone=args.backbone,
                                       episodes=args.episodes or 10, seed=args.seed or 0, max_steps=args.max_steps,
                                       env_config=_env_options(args.set), output=args.output,
+                                      backbone_config={"dtype": args.dtype} if args.dtype else None,
                                       concurrency=args.concurrency or DEFAULT_CONCURRENCY)
         # the runner writes --output (+ trajectories)
     else:

@@ -135,3 +135,17 @@ def test_cli_set_reaches_nested_method_overrides(capsys):
     assert main(["benchmark", "--tasks", "minigrid", "--baselines", "ppo",
                  "--set", "echo_rl_configs.ppo.num_actors=3"]) == 2
     assert "multiple of num_actors=3" in capsys.readouterr().err
+
+
+def test_cli_dtype_and_backbone_config_reach_the_config(capsys):
+    from echo_rl.cli import build_parser
+    from echo_rl.commands.benchmark import build_config
+
+    parse = build_parser().parse_args
+    assert build_config(parse(["benchmark", "--dtype", "bfloat16"])).backbone_config == {"dtype": "bfloat16"}
+    cfg = build_config(parse(["benchmark", "--set", "backbone_config.max_context=512", "--dtype", "float32"]))
+    assert cfg.backbone_config == {"dtype": "float32", "max_context": 512}
+    assert main(["benchmark", "--set", "backbone_config.dtyp=bfloat16"]) == 2
+    assert "unknown field backbone_config.dtyp" in capsys.readouterr().err
+    assert main(["eval", "--run-dir", "runs/x", "--dtype", "bfloat16"]) == 2
+    assert "--dtype are for text-task prompting agents" in capsys.readouterr().err
