@@ -1,7 +1,8 @@
 """EchoRL's GRPO vs TRL's ``GRPOTrainer``: the same model, task, reward and budget, side by side.
 
-Task: CRUXEval output prediction (single turn: one answer per episode, reward 1/0 from
-``CRUXEvalEnvironment``), trained on its ``train`` split, evaluated on every sample of its ``test``
+Task: CRUXEval output prediction (``--task output``) or input prediction (``--task input``, where the
+untrained model already scores above zero, so success can separate the sides) (single turn: one answer per
+episode, reward 1/0 from ``CRUXEvalEnvironment``), trained on its ``train`` split, evaluated on every sample of its ``test``
 split (functions neither side trained on). Both sides see the same prompt tokens (rendered once by
 EchoRL's ``TrajectoryBuilder`` with the chat template; TRL receives them as text and re-tokenizes them,
 which is checked to round-trip), parse the reply the same way (its first line) and get the reward from
@@ -76,10 +77,10 @@ class DtypeProbe:
         return {k: "+".join(sorted(self.seen.get(k, ()))) or "none" for k in ("rollout", "learning")}
 
 
-def task_env(split: str, data_dir: str | None):
+def task_env(args, split: str):
     from echo_rl.environments.cruxeval import CRUXEvalEnvironment
 
-    return CRUXEvalEnvironment(task="output", attempts=1, max_steps=1, split=split, data_dir=data_dir)
+    return CRUXEvalEnvironment(task=args.task, attempts=1, max_steps=1, split=split, data_dir=args.data_dir)
 
 
 def render_prompts(tokenizer, env, system: str) -> list[list[int]]:
@@ -140,7 +141,7 @@ def run_echo_rl(args, out: Path) -> dict:
         "env_name": "cruxeval", "backbone": "smollm2-135m", "agent": "ppo", "seed": args.seed, "device": "cpu",
         "num_actors": n, "batch_size": n, "total_timesteps": n * args.updates, "evaluation_episodes": 1,
         "checkpoint_dir": str(out / "run"), "torch_threads": 1,
-        "env_config": {"task": "output", "attempts": 1, "max_steps": 1},
+        "env_config": {"task": args.task, "attempts": 1, "max_steps": 1},
         "lm_config.group_size": args.generations, "lm_config.max_new_tokens": args.max_new_tokens,
         "lm_config.max_turns": 1, "lm_config.temperature": 1.0, "lm_config.learning_rate": args.lr,
         "lm_config.sft_episodes": 0, "lm_config.heldout_pool": 0, "lm_config.max_updates": args.updates,
@@ -189,7 +190,7 @@ def run_trl(args, out: Path) -> dict:
     path = str(resolve_model("smollm2-135m"))
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-    env = task_env("train", args.data_dir)
+    env = task_env(args, "train")
     prompts = render_prompts(tok, env, INSTRUCT_SYSTEM)
     texts = [tok.decode(p) for p in prompts]
     bad = [i for i, (t, p) in enumerate(zip(texts, prompts)) if tok(t, add_special_tokens=False).input_ids != p]
@@ -251,7 +252,7 @@ def worker(args) -> None:
     res = (run_echo_rl if args.contender == "echo_rl" else run_trl)(args, out)
     from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
 
-    test = task_env("test", args.data_dir)
+    test = task_env(args, "test")
     prompts = render_prompts(res["tokenizer"], test, INSTRUCT_SYSTEM)[:args.eval_tasks or None]
     t0 = time.perf_counter()
     success = evaluate(res.pop("model"), res.pop("tokenizer"), test, prompts, args.max_new_tokens)
@@ -273,7 +274,7 @@ def baseline(args) -> None:
     path = str(resolve_model("smollm2-135m"))
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-    test = task_env("test", args.data_dir)
+    test = task_env(args, "test")
     prompts = render_prompts(tok, test, INSTRUCT_SYSTEM)[:args.eval_tasks or None]
     res = {"contender": "untrained", "test_success": evaluate(model, tok, test, prompts, args.max_new_tokens),
            "test_tasks": len(prompts)}
@@ -300,6 +301,7 @@ def precision_verdict(echo: list[dict], trl: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs/trl_anchor")
+    p.add_argument("--task", choices=("output", "input"), default="output", help="CRUXEval-O or CRUXEval-I")
     p.add_argument("--updates", type=int, default=8)
     p.add_argument("--prompts", type=int, default=2, help="tasks per update")
     p.add_argument("--generations", type=int, default=4, help="sampled replies per task (the GRPO group)")

@@ -52,8 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override any config field, e.g. --set ppo_config.learning_rate=1e-3 (repeatable)")
     p.add_argument("--run-dir", help="run directory (default: <results_dir>/<task>-<agent>-seed<seed>-<time>)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --run-dir from its last checkpoint (only --timesteps may change)")
+                   help="continue the run in --run-dir from its last checkpoint (only --timesteps and "
+                        "--set lm_config.max_updates may change)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+
+
+# fields a resumed run may change: how long it trains, never what it is
+RESUMABLE_SETS = frozenset({"lm_config.max_updates"})
 
 
 def build_config(args: argparse.Namespace) -> TrainingConfig:
@@ -63,10 +68,12 @@ def build_config(args: argparse.Namespace) -> TrainingConfig:
     if args.resume:
         if not args.run_dir:
             raise ConfigError("--resume needs --run-dir: the run to continue")
+        budget = {key for key, _ in map(parse_override, args.set)}
         extra = sorted(set(given) - {"total_timesteps"}) + (["--config"] if args.config else []) + \
-            (["--set"] if args.set else [])
+            sorted(f"--set {key}" for key in budget - RESUMABLE_SETS)
         if extra:
-            raise ConfigError(f"--resume continues the saved config; only --timesteps may change (got {', '.join(extra)})")
+            raise ConfigError(f"--resume continues the saved config; only the budget may change (--timesteps, "
+                              f"--set lm_config.max_updates), got {', '.join(extra)}")
         from echo_rl.training.run_dir import RunDirectory
 
         config = RunDirectory.config_of(args.run_dir)

@@ -301,3 +301,22 @@ def test_echo_agent_rollout_state_through_the_codec_is_exact(tmp_path):
         assert a.train_iteration() == b.train_iteration()
     a.close()
     b.close()
+
+
+def test_resume_may_change_the_budget_only(tmp_path):
+    """--timesteps and lm_config.max_updates extend a run; any other change is one line naming it."""
+    from echo_rl.cli import build_parser
+    from echo_rl.commands.train import build_config
+    from echo_rl.config import ConfigError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    TrainingConfig(env_name="minigrid", backbone="tiny", lm_config={"max_updates": 12}).save_yaml(run / "config.yaml")
+    parse = build_parser().parse_args
+    cfg = build_config(parse(["train", "--resume", "--run-dir", str(run), "--timesteps", "999",
+                              "--set", "lm_config.max_updates=24"]))
+    assert cfg.total_timesteps == 999 and cfg.lm_config.max_updates == 24 and cfg.backbone == "tiny"
+    for bad in (["--set", "lm_config.learning_rate=1"], ["--seed", "3"]):
+        with pytest.raises(ConfigError, match="only the budget may change") as err:
+            build_config(parse(["train", "--resume", "--run-dir", str(run), *bad]))
+        assert "\n" not in str(err.value) and ("lm_config.learning_rate" in str(err.value) or "seed" in str(err.value))
