@@ -110,3 +110,19 @@ def test_standalone_script_imports_no_echo_rl():
             imported.add(node.module.split(".")[0])
     assert imported == {"json", "re", "sys", "gymnasium", "minigrid", "numpy", "onnxruntime"}
     assert len(source.splitlines()) <= 45
+
+
+def test_runs_export_cannot_write_are_refused_in_one_line(train_run, tmp_path, capsys):
+    """A continuous-action policy (logits are not its actions) and a DQN run (no exporter) fail in one line."""
+    box = train_run(tmp_path / "pendulum", "ppo", env_name="Pendulum-v1", total_timesteps=256, batch_size=256,
+                    env_config={})
+    assert main(["export", "--run-dir", str(box), "--out", str(tmp_path / "p.onnx")]) == 2
+    _one_line_error(capsys, "acts in a continuous (Box) action space")
+    dqn = tmp_path / "dqn"
+    from echo_rl.config import TrainingConfig
+
+    dqn.mkdir()
+    TrainingConfig(env_name=ENV, agent="dqn").save_yaml(dqn / "config.yaml")
+    assert main(["export", "--run-dir", str(dqn)]) == 2
+    _one_line_error(capsys, "agent 'dqn' cannot be exported yet")
+    assert not (tmp_path / "p.onnx").exists()
