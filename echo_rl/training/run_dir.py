@@ -35,6 +35,16 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
 
 
+def _write_failure(exc: RuntimeError, where: Path) -> str:
+    """One line for a failed torch.save: its first line, and the free space, which is the usual cause."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    try:
+        free = shutil.disk_usage(where).free / 2**20
+    except OSError:
+        return f"the write failed ({first})"
+    return f"the write failed ({first}; {free:,.0f} MiB free on that device)"
+
+
 def _os_reason(exc: OSError) -> str:
     return exc.strerror or _reason(exc)
 
@@ -103,10 +113,13 @@ class RunDirectory:
                 shutil.rmtree(final)
             os.replace(tmp, final)
             _atomic_write_text(self.checkpoint_dir / "latest", final.name + "\n")
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # torch.save's zip writer reports a full disk as a RuntimeError
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise ConfigError(f"cannot write a checkpoint in {self.checkpoint_dir}: {_os_reason(exc)}") from None
+            reason = _os_reason(exc) if isinstance(exc, OSError) else _write_failure(exc, self.checkpoint_dir)
+            kept = self.latest_checkpoint()
+            raise ConfigError(f"cannot write a checkpoint in {self.checkpoint_dir}: {reason}; "
+                              + (f"{kept.name} is kept" if kept else "no earlier checkpoint")) from None
         for old in sorted(self.checkpoint_dir.glob("step_*"))[: -self.KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
         return final

@@ -320,3 +320,23 @@ def test_resume_may_change_the_budget_only(tmp_path):
         with pytest.raises(ConfigError, match="only the budget may change") as err:
             build_config(parse(["train", "--resume", "--run-dir", str(run), *bad]))
         assert "\n" not in str(err.value) and ("lm_config.learning_rate" in str(err.value) or "seed" in str(err.value))
+
+
+def test_a_checkpoint_write_that_fails_midway_is_one_line_and_keeps_the_last_one(tmp_path, monkeypatch):
+    """A full disk surfaces from torch.save as a RuntimeError of its zip writer, not an OSError: the same one line,
+    no half-written directory, the previous checkpoint still the latest."""
+    from echo_rl.config import ConfigError
+
+    run = RunDirectory(tmp_path / "run", TrainingConfig(env_name="minigrid"))
+    run.create()
+    first = run.save_checkpoint(8, {"w": torch.zeros(2)}, None)
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 403671104 vs 403671056")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(ConfigError, match=r"cannot write a checkpoint in .*: the write failed \(\[enforce fail") as err:
+        run.save_checkpoint(16, {"w": torch.ones(2)}, None)
+    assert "\n" not in str(err.value) and f"{first.name} is kept" in str(err.value) and "MiB free" in str(err.value)
+    assert [p.name for p in run.checkpoint_dir.iterdir() if p.name.startswith(".tmp")] == []
+    assert run.latest_checkpoint() == first
