@@ -100,9 +100,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
             lines.append(f"| {r['task']} | {r['method']} | {r['status']}: {r.get('reason', '')} | | | | | |")
             continue
         cps = "n/a (0 successes)" if r["cost_per_success"] is None else f"${r['cost_per_success']:.5f}"
+        # an episode the harness could not run (env start, backbone error) counts as a failure: say how many
+        errored = f" ({r['episode_errors']} errored)" if r.get("episode_errors") else ""
         kv = "" if r["kv_reuse"] is None else f"{r['kv_reuse']:.2f}"
         lines.append(f"| {r['task']} | {r['method']} | {r['successes']}/{r['episodes']} = {r['success_at_1']:.2f} "
-                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['etps']:.1f} | {cps} | {r['episodes']} | {kv} | "
+                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]{errored} | {r['etps']:.1f} | {cps} | {r['episodes']} | {kv} | "
                      f"{r['wall_time_s']:.0f} |")
     lines += ["", "Commands (one per cell, in table order):", "", "```"]
     lines += [r["command"] for r in rows]
