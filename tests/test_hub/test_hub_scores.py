@@ -32,7 +32,7 @@ def test_every_study_of_the_document_is_in_the_hub():
     for anchor in ("#the-ppo-demo-recipe-across-seeds", "#measured", "#held-out-seeds", "#longer-runs",
                    "#intrinsic-rewards-on-hard-exploration", "#prompting-baselines-with-smollm2",
                    "#ppo-on-continuous-control-pendulum-and-deepmind-control",
-                   "#pixel-observations-and-pre-training"):
+                   "#pixel-observations-and-pre-training", "#the-real-model-trained"):
         assert anchor in sources
     for n in scores.names():
         s = scores.load(n)
@@ -214,3 +214,34 @@ def test_pixels_and_pretraining_tables():
         assert list(steps) == [10240, 20480, 30720, 40960, 51200, 61440]
         assert curve == " / ".join(f"{v:.2f}" for v in values[i])
         assert final == f"{study.scores(method)[i, 2]:.3f}" and values[i, -1] == study.scores(method, "final_eval_success")[i, 2]
+
+
+def test_real_model_study_per_seed_tables():
+    """Both tables of "The real model trained" (MiniGrid-as-text, CRUXEval-I): every row is a hub cell, exactly
+    (successes as k/64), and every hub cell is a row."""
+    study = scores.load("lm-smollm2-study")
+    label = {"GRPO (`--agent ppo`)": "GRPO", "GRPO + ECHO λ 0.05": "GRPO + ECHO",
+             "ECHO + latent plan": "ECHO + latent plan", "PPO-RLHF (value head, GAE)": "PPO-RLHF",
+             "RLAIF (SmolLM2 judge), GRPO + ECHO": "RLAIF", "LoRA r16, GRPO + ECHO": "LoRA r16, GRPO + ECHO"}
+    header = "| arm | seed | after SFT: success | valid | env CE | after RL: success"
+    seen = 0
+    for task in range(2):
+        for arm, seed, sft, sft_valid, sft_ce, rl, valid, ce, _wall, rss in _table_after(header, task):
+            method = label[arm]
+            i = study.seeds(method).index(int(seed))
+
+            def cell(metric):
+                return study.scores(method, metric)[i, task]
+
+            assert sft == f"{round(cell('sft_success') * 64)}/64"
+            assert rl.startswith(f"**{round(cell('heldout_success') * 64)}/64**")
+            assert (sft_valid, valid) == (f"{cell('sft_valid_action_rate'):.2f}", f"{cell('valid_action_rate'):.2f}")
+            assert (sft_ce, ce) == (f"{cell('sft_heldout_env_ce'):.3f}", f"{cell('heldout_env_ce'):.3f}")
+            assert rss == f"{cell('peak_rss_gb'):.2f}"
+            seen += 1
+    arms = [m for m in study.methods if not m.startswith("ReAct")]
+    assert seen == sum(np.isfinite(study.scores(m)).sum() for m in arms)
+    # the anchor: ReAct with the same model on the same held-out episode seeds, one line per task
+    react = study.scores("ReAct (same model, same held-out episodes)")[0]
+    lines = [line for line in DOC if line.startswith("ReAct with the same model on the same 64 held-out")]
+    assert [f"**{round(v * 64)}/64" in line for v, line in zip(react, lines)] == [True, True]
