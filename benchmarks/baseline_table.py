@@ -91,7 +91,8 @@ def cell_row(row: Row, method: str, cmd: list[str], out: Path) -> dict:
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
-    lines = [f"Backbone `{meta['backbone']}` ({meta.get('dtype', 'auto')} weights); commit {meta['commit']}; {meta['cpu']}; one seed; "
+    lines = [f"Backbone `{meta['backbone']}` ({meta.get('dtype', 'auto')} weights); commit {meta['commit']}; "
+             f"{meta['cpu']}; one seed; "
              f"compute priced at ${meta['cpu_hour_usd']}/CPU-hour of measured process CPU time.", "",
              "| Task | Method | Success@1 (95% CI) | ETPS | Cost/Success | Episodes | KV reuse | Wall (s) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -104,7 +105,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         errored = f" ({r['episode_errors']} errored)" if r.get("episode_errors") else ""
         kv = "" if r["kv_reuse"] is None else f"{r['kv_reuse']:.2f}"
         lines.append(f"| {r['task']} | {r['method']} | {r['successes']}/{r['episodes']} = {r['success_at_1']:.2f} "
-                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]{errored} | {r['etps']:.1f} | {cps} | {r['episodes']} | {kv} | "
+                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]{errored} | {r['etps']:.1f} | {cps} | {r['episodes']} | "
+                     f"{kv} | "
                      f"{r['wall_time_s']:.0f} |")
     lines += ["", "Commands (one per cell, in table order):", "", "```"]
     lines += [r["command"] for r in rows]

@@ -1,12 +1,11 @@
 """EchoRL's GRPO vs TRL's ``GRPOTrainer``: the same model, task, reward and budget, side by side.
 
-Task: CRUXEval output prediction (``--task output``) or input prediction (``--task input``, where the
-untrained model already scores above zero, so success can separate the sides) (single turn: one answer per
-episode, reward 1/0 from ``CRUXEvalEnvironment``), trained on its ``train`` split, evaluated on every sample of its ``test``
-split (functions neither side trained on). Both sides see the same prompt tokens (rendered once by
-EchoRL's ``TrajectoryBuilder`` with the chat template; TRL receives them as text and re-tokenizes them,
-which is checked to round-trip), parse the reply the same way (its first line) and get the reward from
-the same environment code.
+Task: CRUXEval output prediction (``--task output``) or input prediction (``--task input``) (single turn:
+one answer per episode, reward 1/0 from ``CRUXEvalEnvironment``), trained on its ``train`` split, evaluated
+on every sample of its ``test`` split (functions neither side trained on). Both sides see the same prompt
+tokens (rendered once by EchoRL's ``TrajectoryBuilder`` with the chat template; TRL receives them as text
+and re-tokenizes them, which is checked to round-trip), parse the reply the same way (its first line) and
+get the reward from the same environment code.
 
 Budget: ``--updates`` optimiser steps, each on ``--prompts`` tasks x ``--generations`` sampled replies of
 at most ``--max-new-tokens`` tokens at temperature 1, learning rate ``--lr``, no KL (TRL's default

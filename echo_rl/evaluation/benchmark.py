@@ -87,7 +87,8 @@ class BenchmarkConfig(ConfigBase):
             check_backbone_name(backbone)
         from echo_rl.models.config import BackboneConfig
 
-        BackboneConfig.from_dict(self.backbone_config, prefix="backbone_config")  # an unknown field or bad value fails before any cell
+        # an unknown field or a bad value fails before any cell runs
+        BackboneConfig.from_dict(self.backbone_config, prefix="backbone_config")
         unknown = sorted(set(self.task_configs) - set(self.tasks))
         if unknown:
             self._fail("task_configs", unknown[0], f"is not one of tasks: {', '.join(self.tasks)}")
