@@ -217,8 +217,9 @@ class EchoRLBenchmark:
     @staticmethod
     def _describe(record: dict[str, Any]) -> str:
         if record["status"] == "ok":
-            m = record["metrics"]
-            return f"Success@1 {m['success_at_1']:.3f} in {m['wall_time_s']:.1f}s"
+            m, errors = record["metrics"], (record.get("notes") or {}).get("num_episode_errors")
+            return (f"Success@1 {m['success_at_1']:.3f} in {m['wall_time_s']:.1f}s"
+                    + (f" ({errors} episodes errored, counted as failures)" if errors else ""))
         return f"{record['status'].upper()}: {record.get('reason', '')}"
 
     async def _run_cell(self, pc: PlannedCell) -> dict[str, Any]:

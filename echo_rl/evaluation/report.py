@@ -92,6 +92,10 @@ def summarize(config: dict[str, Any], records: list[dict[str, Any]], reps: int |
             bad = [r for r in recs if r["status"] != "ok"]
             if bad:
                 row["reason"] = bad[0].get("reason", "")
+            errored = [r.get("notes") or {} for r in ok if (r.get("notes") or {}).get("num_episode_errors")]
+            if errored:  # episodes the harness could not run count as failures in Success@1: say so
+                row["episode_errors"] = sum(int(n["num_episode_errors"]) for n in errored)
+                row["first_episode_error"] = (errored[0].get("episode_errors") or [""])[0]
             if ok:
                 scores = np.array([[r["metrics"]["success_at_1"]] for r in ok])
                 point, ci = st.stratified_bootstrap_ci(scores, st.aggregate_mean, reps, confidence, seed)
@@ -220,10 +224,16 @@ def markdown(config: dict[str, Any], summary: dict[str, Any], plots: list[str]) 
         if not row["seeds_ok"]:
             lines.append(f"| {task} | {row['label']} | {row['status']} | | | 0/{row['seeds']} |")
             continue
-        lines.append(f"| {task} | {row['label']} | {_fmt_ci(row.get('success_at_1'))} | "
+        errored = f" ({row['episode_errors']} episodes errored)" if row.get("episode_errors") else ""
+        lines.append(f"| {task} | {row['label']} | {_fmt_ci(row.get('success_at_1'))}{errored} | "
                      f"{_fmt(row.get('etps'), 1)} | {_fmt_usd(row.get('cost_per_success'))} | "
                      f"{row['seeds_ok']}/{row['seeds']} |")
     lines += ["", "ETPS (effective tokens per second) is n/a for policies that do not use tokens; Cost/Success is n/a when nothing succeeded or an API model has no price.", ""]
+    for row in summary["rows"]:
+        if row.get("episode_errors"):
+            first = " ".join(str(row["first_episode_error"]).split())[:200]
+            lines += [f"{row['task']}, {row['label']}: {row['episode_errors']} episodes errored (the harness could "
+                      f"not run them; Success@1 counts them as failures). First: {first}", ""]
     if summary["aggregates"]:
         lines += [f"## Aggregate Success@1 over tasks ({pct}% CI)", "",
                   "| Method | Tasks | IQM | Mean | Median | Optimality gap |", "|---|---|---|---|---|---|"]

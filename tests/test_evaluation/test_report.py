@@ -149,3 +149,20 @@ def test_cli_dtype_and_backbone_config_reach_the_config(capsys):
     assert "unknown field backbone_config.dtyp" in capsys.readouterr().err
     assert main(["eval", "--run-dir", "runs/x", "--dtype", "bfloat16"]) == 2
     assert "--dtype are for text-task prompting agents" in capsys.readouterr().err
+
+
+def test_episodes_the_harness_could_not_run_are_named_in_the_report(run_dir):
+    """An errored episode (env start, backbone) counts as a failure in Success@1; the report says how many."""
+    path, _, _ = run_dir
+    store = CellStore(path)
+    rec = next(r for r in store.records() if (r["task"], r["method"], r["seed"]) == ("minigrid", "random", 1))
+    rec["notes"] = {"num_episode_errors": 3, "episode_errors": ["OSError: [Errno 28] No space left on device"]}
+    store.save(rec)
+    write_report(path, plots=False)
+    md = (path / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| minigrid | random |"))
+    assert "(3 episodes errored)" in row
+    assert "minigrid, random: 3 episodes errored" in md and "No space left on device" in md
+    other = next(line for line in md.splitlines() if line.startswith("| minigrid | expert |"))
+    assert "errored" not in other
+    assert EchoRLBenchmark._describe(rec).endswith("(3 episodes errored, counted as failures)")
