@@ -5,8 +5,10 @@ episodes replayed from the ReAct paper's transcripts (``shared/data/alfworld/rea
 observation is the environment's text from the transcript, wrapped in SmolLM2's chat markers and
 tokenized once; the model generates ``--act-len`` action tokens greedily (no early stop); every episode
 starts with the same system prompt. Observations do not depend on the actions, so every method sees the
-same prompts whenever the greedy actions agree (reported). ``--workload random`` draws token ids instead
-(used with ``--model random`` for the smoke test).
+same prompts whenever the greedy actions agree (reported). ``--workload minigrid``: MiniGrid-as-text
+episodes (``--minigrid-env``, default DoorKey-8x8), each turn's observation the text environment's own,
+along the env's expert path (seeds whose expert needs fewer than ``--turns`` steps are skipped), the same
+replay rule. ``--workload random`` draws token ids instead (used with ``--model random`` for the smoke test).
 
 Methods:
   engine   AsyncExecutionEngine: asyncio episodes, token-level dispatch, radix KV cache.
@@ -14,6 +16,11 @@ Methods:
            every turn recomputes every episode's whole history.
   hf_b     transformers generate per episode with a DynamicCache carried across turns
            (per-episode reuse; batch 1, since ragged histories cannot share one cache).
+  llamacpp llama.cpp (``llama-cpp-python``, the ``bench`` extra) on the same checkpoint converted to GGUF at
+           the run's precision (``--gguf``: f32 for float32, bf16 for bfloat16), one episode after another
+           with its KV cache carried across turns (it keeps the longest common prefix, so the next episode
+           reuses the system prompt too): the prefix-caching CPU server users run instead. Greedy
+           (top-k 1, no repeat penalty), its KV cache in the run's dtype, its own threads = ``--threads``.
 
 Precision (``--dtype float32|bfloat16``): the model's weights are cast once and every method runs on that
 same model, so the engine (working KV and radix pool in the weights' dtype) and both ``generate`` anchors
@@ -52,7 +59,8 @@ SYSTEM_TEXT = ("<|im_start|>system\nYou are an agent in a household. Each turn y
                "with one action, such as 'go to cabinet 1', 'open drawer 2', 'take mug 1 from desk 1', "
                "'put mug 1 in/on coffeemachine 1', or 'think: <a short plan>'.<|im_end|>\n")
 USER = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-METHODS = ("engine", "hf_a", "hf_b")
+METHODS = ("engine", "hf_a", "hf_b", "llamacpp")
+GGUF_TYPES = {"float32": "F32", "bfloat16": "BF16"}  # the GGUF tensor type that matches each --dtype
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -114,6 +122,36 @@ def alfworld_workload(args, tok):
         texts = [first] + [env[i % len(env)] for i in range(args.turns - 1)]
         obs.append([tok.encode(("" if t == 0 else "<|im_end|>\n") + USER.format(x), add_special_tokens=False)
                     for t, x in enumerate(texts)])
+    return system, obs
+
+
+MINIGRID_SYSTEM = ("<|im_start|>system\nYou are an agent in a grid world. Each turn you read what you see and reply "
+                   "with one action: turn left, turn right, move forward, pick up, drop, toggle or done.<|im_end|>\n")
+
+
+def minigrid_workload(args, tok):
+    """System prompt + per-episode observation ids of MiniGrid-as-text episodes along the expert's path."""
+    from echo_rl.environments.registry import make_env
+
+    system = tok.encode(MINIGRID_SYSTEM, add_special_tokens=False)
+    obs = []
+    env = make_env(f"minigrid:{args.minigrid_env}", max_steps=args.turns + 1)
+    for seed in range(1_000_000, 1_000_000 + 100 * args.episodes):  # evaluation seeds: training never draws them
+        if len(obs) == args.episodes:
+            break
+        text, _ = env.reset(seed=seed)
+        texts, done = [text], False
+        while len(texts) < args.turns and not done:
+            text, _, term, trunc, _ = env.step(env.expert_action())
+            texts.append(text)
+            done = term or trunc
+        if len(texts) == args.turns:
+            obs.append([tok.encode(("" if t == 0 else "<|im_end|>\n") + USER.format(x), add_special_tokens=False)
+                        for t, x in enumerate(texts)])
+    if len(obs) < args.episodes:
+        raise SystemExit(f"--minigrid-env {args.minigrid_env}: too few seeds whose expert needs >= --turns "
+                         f"{args.turns} steps; use a larger map or fewer turns")
+    env.close()
     return system, obs
 
 
@@ -210,6 +248,58 @@ def run_hf_b(model, system, obs, args):
             hist += a
         peak = max(peak, len(hist))
     return time.perf_counter() - t0, time.process_time() - c0, actions, {"kv_peak_tokens": peak}
+
+
+def run_llamacpp(model, system, obs, args):
+    """Per episode, one turn after another on llama.cpp, its KV cache reused across turns and episodes."""
+    llm = load_llamacpp(args)
+    actions = [[] for _ in obs]
+    peak = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    for e in range(len(obs)):
+        hist = list(system)
+        for o in obs[e]:
+            hist += o
+            a = []
+            for token in llm.generate(hist, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+                a.append(int(token))
+                if len(a) == args.act_len:
+                    break
+            actions[e].append(a)
+            hist += a
+        peak = max(peak, len(hist))
+    return time.perf_counter() - t0, time.process_time() - c0, actions, {"kv_peak_tokens": peak}
+
+
+_LLAMA: dict = {}
+
+
+def load_llamacpp(args):
+    """One llama.cpp model per process (loading is not what is timed); its GGUF type must match --dtype."""
+    if "llm" in _LLAMA:
+        return _LLAMA["llm"]
+    try:
+        from llama_cpp import Llama
+    except ImportError as exc:
+        raise SystemExit(f"--methods llamacpp needs llama-cpp-python ({exc}): pip install -e '.[bench]' "
+                         "(builds llama.cpp from source, ~11 min on 2 cores)") from None
+    if not args.gguf or not Path(args.gguf).is_file():
+        raise SystemExit(f"--methods llamacpp needs --gguf FILE (got {args.gguf!r}): convert the checkpoint with "
+                         "llama.cpp's convert_hf_to_gguf.py --outtype f32|bf16 (docs/benchmarks.md)")
+    import gguf
+
+    kv = int(getattr(gguf.GGMLQuantizationType, GGUF_TYPES[args.dtype]))  # its KV cache at the run's precision too
+    llm = Llama(model_path=args.gguf, n_ctx=args.llamacpp_ctx, n_batch=args.max_batch_tokens,
+                n_threads=args.threads, n_threads_batch=args.threads, type_k=kv, type_v=kv, verbose=False)
+
+    types = {gguf.GGMLQuantizationType(t.tensor_type).name for t in gguf.GGUFReader(args.gguf).tensors
+             if t.name.endswith("attn_q.weight")}
+    if types != {GGUF_TYPES[args.dtype]}:
+        raise SystemExit(f"--gguf {args.gguf}: its attention weights are {sorted(types)}, not "
+                         f"{GGUF_TYPES[args.dtype]} (--dtype {args.dtype}): convert with --outtype "
+                         f"{GGUF_TYPES[args.dtype].lower()} so both sides compute at the same precision")
+    _LLAMA["llm"] = llm
+    return llm
 
 
 def agreement(x, y):
@@ -362,7 +452,8 @@ def attention_layouts(model, args) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m, a checkpoint dir, or 'random'")
-    p.add_argument("--workload", default=None, choices=("alfworld", "random"),
+    p.add_argument("--minigrid-env", default="MiniGrid-DoorKey-8x8-v0", help="--workload minigrid: the env id")
+    p.add_argument("--workload", default=None, choices=("alfworld", "minigrid", "random"),
                    help="default: alfworld on a real model, random on --model random")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--turns", type=int, default=6)
@@ -383,12 +474,15 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="float32", choices=tuple(DTYPES),
                    help="weights and KV of every method (engine and both generate anchors)")
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default="engine,hf_a,hf_b",
+                   help=f"comma-separated, of {', '.join(METHODS)} (llamacpp needs --gguf and the bench extra)")
     p.add_argument("--roofline", action="store_true", help="also time decode steps against the bandwidth limit")
     p.add_argument("--roofline-context", type=int, default=400)
     p.add_argument("--attention-layouts", action="store_true",
                    help="only time decode attention per KV layout (the engine's design measurement)")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--gguf", default=None, help="llamacpp: the checkpoint as GGUF at the run's precision")
+    p.add_argument("--llamacpp-ctx", type=int, default=4096, help="llamacpp: context (KV) size")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     methods = args.methods.split(",")
@@ -406,10 +500,10 @@ def main(argv=None) -> int:
                 json.dump(res, fh, indent=1)
         return 0
     workload = args.workload or ("random" if tok is None else "alfworld")
-    if workload == "alfworld" and tok is None:
-        p.error("--workload alfworld needs a real model (its tokenizer); allowed with --model random: random")
-    system, obs = (alfworld_workload(args, tok) if workload == "alfworld"
-                   else random_workload(args, model.config.vocab_size))
+    if workload in ("alfworld", "minigrid") and tok is None:
+        p.error(f"--workload {workload} needs a real model (its tokenizer); allowed with --model random: random")
+    system, obs = (alfworld_workload(args, tok) if workload == "alfworld" else minigrid_workload(args, tok)
+                   if workload == "minigrid" else random_workload(args, model.config.vocab_size))
     effective = count_tokens(system, obs, args.act_len)
     params = sum(q.numel() for q in model.parameters())
     bpt = kv_bytes_per_token(model)
@@ -420,7 +514,7 @@ def main(argv=None) -> int:
           f"tokens; effective tokens {effective}")
     res: dict = {"args": vars(args), "dtype": args.dtype, "workload": workload, "effective_tokens": effective, "params": params,
                  "kv_bytes_per_token": bpt, "runs": []}
-    fns = {"engine": run_engine, "hf_a": run_hf_a, "hf_b": run_hf_b}
+    fns = {"engine": run_engine, "hf_a": run_hf_a, "hf_b": run_hf_b, "llamacpp": run_llamacpp}
     warm_sys, warm_obs = system, [ep[:2] for ep in obs[:2]]
     for m in methods:  # warm-up: allocator, kernels, first-call paths of every method
         fns[m](model, warm_sys, warm_obs, args)
@@ -445,7 +539,7 @@ def main(argv=None) -> int:
             print(f"rep {rep} {m}: {wall:.2f}s (cpu {cpu:.2f}s)  ETPS {effective / wall:.0f}  peak KV "
                   f"{row['kv_peak_mb']:.1f} MiB{more}  load {before} -> {row['load_after']}", flush=True)
     if "engine" in acts:
-        for name in ("hf_a", "hf_b"):
+        for name in ("hf_a", "hf_b", "llamacpp"):
             if name not in acts:
                 continue
             eng = {r["rep"]: r for r in res["runs"] if r["method"] == "engine"}

@@ -64,3 +64,29 @@ def _toy_params():
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=32 * 11 // 4, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
     return list(LlamaForCausalLM(cfg).parameters())
+
+
+def test_engine_bench_minigrid_workload_replays_the_text_envs_observations(tmp_path):
+    """--workload minigrid: real MiniGrid-as-text observations along the expert's path, the engine equal to
+    generate (fp32); needs the fetched model's tokenizer."""
+    import os
+
+    from echo_rl.models import fetch as F
+
+    if not F.is_fetched("smollm2-135m"):
+        if os.environ.get("CI"):
+            pytest.fail("smollm2-135m is not fetched (make test fetches it)")
+        pytest.skip("smollm2-135m is not fetched: echo-rl models fetch smollm2-135m")
+    out = tmp_path / "mg.json"
+    assert _bench(["--workload", "minigrid", "--episodes", "2", "--turns", "3", "--act-len", "2", "--reps", "1",
+                   "--methods", "engine,hf_b", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["workload"] == "minigrid" and res["token_agreement_vs_hf_b"] == 1.0
+    with pytest.raises(SystemExit, match="too few seeds"):
+        _bench(["--workload", "minigrid", "--minigrid-env", "MiniGrid-Empty-5x5-v0", "--turns", "30",
+                "--episodes", "1", "--methods", "engine"])
+
+
+def test_engine_bench_llamacpp_needs_its_package_and_a_matching_gguf(tmp_path):
+    with pytest.raises(SystemExit, match="needs llama-cpp-python|needs --gguf FILE"):
+        _bench(TOY + ["--reps", "1", "--methods", "engine,llamacpp"])
