@@ -564,6 +564,8 @@ def main(argv=None) -> int:
                                                                           [ep[:1] for ep in acts["hf_b"]])
         print(f"greedy tokens hf_a vs hf_b: {res['token_agreement_hf_a_vs_hf_b']:.1%} (first turn "
               f"{res['first_turn_token_agreement_hf_a_vs_hf_b']:.1%})")
+    if "llm" in _LLAMA:  # freed here: llama-cpp-python's own finaliser fails at interpreter exit
+        _LLAMA.pop("llm").close()
     if args.roofline:
         res["roofline"] = roofline(model, args)
     if args.json:
