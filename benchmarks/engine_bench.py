@@ -288,16 +288,16 @@ def load_llamacpp(args):
                          "llama.cpp's convert_hf_to_gguf.py --outtype f32|bf16 (docs/benchmarks.md)")
     import gguf
 
-    kv = int(getattr(gguf.GGMLQuantizationType, GGUF_TYPES[args.dtype]))  # its KV cache at the run's precision too
-    llm = Llama(model_path=args.gguf, n_ctx=args.llamacpp_ctx, n_batch=args.max_batch_tokens,
-                n_threads=args.threads, n_threads_batch=args.threads, type_k=kv, type_v=kv, verbose=False)
-
+    want = GGUF_TYPES[args.dtype]
     types = {gguf.GGMLQuantizationType(t.tensor_type).name for t in gguf.GGUFReader(args.gguf).tensors
              if t.name.endswith("attn_q.weight")}
-    if types != {GGUF_TYPES[args.dtype]}:
-        raise SystemExit(f"--gguf {args.gguf}: its attention weights are {sorted(types)}, not "
-                         f"{GGUF_TYPES[args.dtype]} (--dtype {args.dtype}): convert with --outtype "
-                         f"{GGUF_TYPES[args.dtype].lower()} so both sides compute at the same precision")
+    if types != {want}:  # checked before loading: a mismatched file costs nothing
+        raise SystemExit(f"--gguf {args.gguf}: its attention weights are {sorted(types)}, not {want} (--dtype "
+                         f"{args.dtype}): convert with --outtype {want.lower()} so both sides compute at the same "
+                         "precision")
+    kv = int(getattr(gguf.GGMLQuantizationType, want))  # its KV cache at the run's precision too
+    llm = Llama(model_path=args.gguf, n_ctx=args.llamacpp_ctx, n_batch=args.max_batch_tokens,
+                n_threads=args.threads, n_threads_batch=args.threads, type_k=kv, type_v=kv, verbose=False)
     _LLAMA["llm"] = llm
     return llm
 
