@@ -68,6 +68,8 @@ METHODS = {
     "echo-rl/no-replay": ("echo-rl", {"echo_config.replay_updates": 0}),
     "echo-rl/no-world-model": ("echo-rl", {"echo_config.world_model_coef": 0.0}),
     "echo-rl/no-self-imitation": ("echo-rl", {"echo_config.self_imitation_updates": 0}),
+    # the plan and world model learn in one pass per rollout; PPO reads the acting plans (docs/benchmarks.md)
+    "echo-rl/rollout-plan": ("echo-rl", {"echo_config.plan_pass": "rollout"}),
 }
 # PPO + an intrinsic reward (echo_rl.intrinsic) at the documented defaults (beta 0.05, no decay,
 # running-std normalisation): the hard-exploration study in docs/results.md. Not in the default run.

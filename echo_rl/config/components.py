@@ -156,6 +156,10 @@ class EchoAgentConfig(ConfigBase):
     vtrace_rho_bar: float = spec(1.0, help="V-trace clip of the importance ratio in the value target", gt=0)
     vtrace_c_bar: float = spec(1.0, help="V-trace clip of the trace-cutting ratio c", gt=0)
     hidden_dim: int = spec(128, help="width of the policy trunk", min=1)
+    plan_pass: str = spec("minibatch", help="where the plan encoder and world model learn: minibatch (in every "
+                          "PPO minibatch; the policy reads the current encoder's plan) or rollout (one pass per "
+                          "rollout over whole-env chunks, each state embedded once; the policy reads the plans it "
+                          "acted with)", choices=("minibatch", "rollout"))
 
 
 @dataclass

@@ -57,6 +57,17 @@ class EchoLearner:
         flat = lambda a: m.tensor(a.reshape(T * N, *a.shape[2:]))  # noqa: E731
         obs, eps, wm_target = flat(roll.obs), flat(roll.eps), flat(roll.wm_target)
         batch = PPOBatch(flat(roll.actions), flat(roll.logprobs), flat(roll.values), flat(adv), flat(ret))
+        if self.echo.plan_pass == "rollout":  # the plans the actors acted with; the plan learns in plan_update
+            plan_means = flat(roll.plan_mean) if self.echo.latent_plan else None
+
+            def forward(idx: np.ndarray, it: torch.Tensor) -> Forward:
+                logits, values = m.heads_on_plan_means(obs[it], None if plan_means is None else plan_means[it])
+                return Forward(logits, values)
+
+            out = ppo_epochs(ppo, batch, self.np_rng, forward, lambda loss: m.lpo.step(loss)["grad_norm_policy"])
+            return {**out.means, **self.plan_update(roll, full_obs, full_ep),
+                    "loss/learning_rate": m.lpo.optimizer.param_groups[0]["lr"],
+                    "loss/minibatches": float(out.minibatches)}
         if self.echo.latent_plan:  # every step's k+1-state window, scaled once for all epochs (flat index t*N + n)
             win, win_mask = m.gather_windows(m.tensor(full_obs), m.tensor(full_ep), np.repeat(np.arange(T), N),
                                              np.tile(np.arange(N), T), k + 1)
@@ -77,6 +88,25 @@ class EchoLearner:
                          extra_metrics=("loss/plan_kl", "loss/world_model"))
         return {**out.means, "loss/learning_rate": m.lpo.optimizer.param_groups[0]["lr"],
                 "loss/minibatches": float(out.minibatches)}
+
+    def plan_update(self, roll: EchoRollout, full_obs: np.ndarray, full_ep: np.ndarray) -> dict[str, float]:
+        """``plan_pass=rollout``: one pass of plan-KL + world-model steps over the rollout, in chunks of whole
+        envs (``ppo_config.batch_size`` steps each), so each state is embedded once, not once per window."""
+        m, echo, k, T, N = self.model, self.echo, self.model.k, self.num_steps, self.num_envs
+        if not (echo.world_model_coef > 0 or (echo.latent_plan and self.plan_cfg.kl_weight > 0)):
+            return {}
+        obs, ep = m.tensor(full_obs[:k + T]), m.tensor(full_ep[:k + T])  # the bootstrap state is nobody's input
+        eps, actions, target = m.tensor(roll.eps), m.tensor(roll.actions), m.tensor(roll.wm_target)
+        width = max(1, min(N, self.ppo.batch_size // T))
+        sums, count, order = torch.zeros(2), 0, self.np_rng.permutation(N)
+        for start in range(0, N, width):
+            cols = torch.as_tensor(order[start:start + width], device=m.device)
+            kl, wm = m.chunk_plan_terms(obs[:, cols], ep[:, cols], eps[:, cols], actions[:, cols], target[:, cols])
+            m.lpo.step(self.plan_cfg.kl_weight * kl + echo.world_model_coef * wm)
+            sums += torch.stack([kl.detach(), wm.detach()])
+            count += 1
+        kl, wm = (sums / count).tolist()
+        return {"loss/plan_kl": kl, "loss/world_model": wm}
 
     # -- replay ---------------------------------------------------------------------------------
     def replay_update(self) -> dict[str, float]:

@@ -182,6 +182,50 @@ class EchoModel:
             logits = distribution(logits)
         return logits, pol.value_head(features).squeeze(-1), wm_in
 
+    def heads_on_plan_means(self, obs: torch.Tensor, plan_mean: torch.Tensor | None):
+        """-> (logits, values) of steps whose plan means are given: the ones the actors acted with
+        (``echo_config.plan_pass=rollout``), so PPO's pass computes no plan."""
+        pol = self.lpo.policy
+        h = pol.trunk(obs)
+        features = h if plan_mean is None else pol.condition(h, plan_mean)
+        logits = pol.policy_head(features)
+        distribution = getattr(pol, "distribution", None)
+        if distribution is not None:
+            logits = distribution(logits)
+        return logits, pol.value_head(features).squeeze(-1)
+
+    def chunk_plan_terms(self, obs: torch.Tensor, ep: torch.Tensor, eps: torch.Tensor, actions: torch.Tensor,
+                         wm_target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Plan KL and world-model CE of whole stretches of G envs' rollouts, each state embedded once.
+
+        ``obs [k+T, G, D]`` (uint8; the k context states first) and ``ep [k+T, G]``;
+        ``eps``, ``actions``, ``wm_target`` are the T steps' ``[T, G, ...]``. The plan of step t reads the
+        window of k states ending at s_t; the plan it is pulled towards is step t-1's, the neighbouring window
+        (where s_{t-1} is in s_t's episode both windows' masks agree, and elsewhere the KL does not count).
+        The world model reads the trunk's features (no gradient: they are the policy's) and the plan sample.
+        """
+        k = self.k
+        T, G = obs.shape[0] - k, obs.shape[1]
+        kl, tau = torch.zeros((), device=obs.device), None
+        if self.echo.latent_plan:
+            enc = self.lpo.encoder
+            emb = enc.embed_states(self.states(obs))  # [k+T, G, H]
+            win, mask = unfold_windows(emb, ep, k)  # [T+1, G, k, H]: windows ending at s_{-1} .. s_{T-1}
+            plans = enc.plan_from_embeddings(win.reshape(-1, k, win.shape[-1]), mask.reshape(-1, k))
+            mean, log_std = plans.mean.view(T + 1, G, -1), plans.log_std.view(T + 1, G, -1)
+            current = PlanDistribution(mean[1:], log_std[1:])
+            if self.plan_cfg.kl_weight > 0:
+                same = (ep[k - 1:-1] == ep[k:]) & (ep[k - 1:-1] >= 0)
+                kl = consecutive_plan_kl(current, PlanDistribution(mean[:-1], log_std[:-1]), same)
+            tau = current.rsample(eps).reshape(T * G, -1)
+        wm = torch.zeros((), device=obs.device)
+        if self.echo.world_model_coef > 0:
+            with torch.no_grad():
+                h = self.lpo.policy.trunk(obs[k:].reshape(T * G, -1))
+            wm_in = h if tau is None else torch.cat([h, tau], -1)
+            wm = self.wm_head.loss(wm_in, actions.reshape(-1), wm_target.reshape(T * G, -1))
+        return kl, wm
+
     def draw_eps(self, n: int, generator: torch.Generator) -> torch.Tensor | None:
         """Plan noise for n plans (None when the plan is off: no draw, so the actions match PPO's)."""
         if not self.echo.latent_plan:
