@@ -63,6 +63,9 @@ class BenchmarkConfig(ConfigBase):
                                min=0)
     gpu_hour_usd: float = spec(2.5, help="price of one GPU-hour of cell wall time when a cell used a GPU", min=0)
     device: str = spec("cpu", help="torch device for trained methods")
+    max_episode_error_fraction: float = spec(0.1, help="a cell whose errored episodes (env start, backbone, "
+                                             "agent crash) exceed this fraction is 'failed', not a low score: a "
+                                             "broken method must not pass for a weak one (1: never)", min=0, max=1)
     concurrency: int = spec(8, help="episodes a prompting method runs at once in a cell (a local backbone decodes "
                                     "them together on the execution engine)", min=1)
 
@@ -257,6 +260,10 @@ class EchoRLBenchmark:
         record = {**base, "status": status, "finished_at": _now(),
                   "resources": {k: resources[k] for k in ("wall_time_s", "cpu_time_s", "rss_mb_peak")
                                 if k in resources}}
+        if reason is None:
+            reason = self._too_many_errors(outcome)
+            if reason is not None:  # the episodes stay in the record: they say what broke
+                record.update(status="failed", notes=outcome.notes, episodes=episodes_to_dicts(outcome.episodes))
         if reason is not None:
             record["reason"] = reason
             return record
@@ -266,6 +273,18 @@ class EchoRLBenchmark:
         if cfg.save_detailed_results and outcome.episodes:
             record["episodes"] = episodes_to_dicts(outcome.episodes)
         return record
+
+
+    def _too_many_errors(self, outcome) -> str | None:
+        """The failure reason when more than ``max_episode_error_fraction`` of the cell's episodes errored."""
+        errors = int((outcome.notes or {}).get("num_episode_errors", 0))
+        total = max(len(outcome.episodes), 1)
+        limit = self.config.max_episode_error_fraction
+        if errors == 0 or errors / total <= limit:
+            return None
+        first = (outcome.notes.get("episode_errors") or ["?"])[0]
+        return (f"{errors} of {total} episodes errored, more than max_episode_error_fraction={limit:g} "
+                f"(first: {first})")
 
 
 def _now() -> str:

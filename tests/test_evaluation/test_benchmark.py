@@ -134,6 +134,32 @@ def test_failing_method_is_recorded_and_the_rest_runs(tmp_path):
     assert "RuntimeError: boom" in md
 
 
+@pytest.mark.parametrize("errors,limit,status", [(1, 0.25, "ok"), (2, 0.25, "failed"), (4, 1.0, "ok")])
+def test_cell_with_too_many_errored_episodes_fails(tmp_path, errors, limit, status):
+    """Errored episodes count as failures up to max_episode_error_fraction; past it the cell is failed (and rerun
+    next time), with the episodes kept to say what broke — a broken method must not read as a weak one."""
+    async def flaky(ctx):
+        eps = [EpisodeRecord(success=i >= errors, reward=float(i >= errors), length=1, wall_time_s=0.0)
+               for i in range(ctx.num_episodes)]
+        notes = {"num_episode_errors": errors, "episode_errors": ["OSError: backbone went away"]}
+        return CellOutcome(episodes=eps, notes=notes)
+
+    M.register_method(M.MethodSpec("flaky", "reference", "test", flaky, ("vector",)))
+    try:
+        summary = _run(_cfg(tmp_path, baselines=["flaky"], num_seeds=1, num_episodes=4,
+                            max_episode_error_fraction=limit))
+    finally:
+        M._METHODS.pop("flaky")
+    rec = CellStore(summary["output_dir"]).records()[0]
+    assert rec["status"] == status and summary[status] == 1
+    if status == "failed":
+        assert rec["reason"] == (f"2 of 4 episodes errored, more than max_episode_error_fraction=0.25 "
+                                 f"(first: OSError: backbone went away)")
+        assert len(rec["episodes"]) == 4 and "metrics" not in rec
+    else:
+        assert rec["metrics"]["success_at_1"] == (4 - errors) / 4
+
+
 def test_random_reference_is_skipped_where_undefined(tmp_path, shared_data):
     # ARC answers are grids: there is no finite action set to draw uniformly from
     summary = _run(_cfg(tmp_path, tasks=["arc"], baselines=["random", "expert"], num_seeds=1, num_episodes=2))
