@@ -101,6 +101,21 @@ class DiagGaussian(nn.Module):
         return f"action_dim={self.action_dim}"
 
 
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One action index per row of ``probs`` (``[..., n]``), shape ``[..., 1]``: ``torch.multinomial(probs, 1)``'s draw.
+
+    Why not ``torch.multinomial``: for one sample it computes ``argmax(probs / q)``, ``q ~ Exp(1)`` drawn
+    from ``generator`` (the exponential race), after three validity checks that each sync and cost more
+    than the draw; acting calls it every env step. This is that computation without the checks: the same
+    ``exponential_`` draws, so the same actions (``tests/test_models/test_distributions.py`` compares the
+    two). Off the CPU it calls ``torch.multinomial``. Rows with NaNs are not refused here; the caller checks.
+    """
+    if probs.device.type != "cpu":
+        return torch.multinomial(probs, 1, generator=generator)
+    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    return torch.div(probs, q, out=q).argmax(-1, keepdim=True)
+
+
 def default_distribution(action_space) -> nn.Module | None:
     """The distribution an action space gets unless the user sets one: Box -> :class:`DiagGaussian`,
     Discrete -> None (the network's raw logits, read as a categorical, as before distributions existed)."""
@@ -125,4 +140,5 @@ def check_fits(distribution, action_space) -> None:
                          f"{action_space.shape[0]} dimensions")
 
 
-__all__ = ["DiagGaussian", "check_fits", "default_distribution", "is_box", "is_continuous", "refuse_continuous"]
+__all__ = ["DiagGaussian", "check_fits", "default_distribution", "is_box", "is_continuous", "refuse_continuous",
+           "sample_categorical"]

@@ -9,6 +9,8 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
+from echo_rl.models.distributions import sample_categorical
+
 
 @dataclass
 class EpisodeStats:
@@ -245,6 +247,8 @@ def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: tor
         logprobs = distribution.log_prob(logits, actions)
         return actions.float().cpu().numpy(), logprobs.cpu().numpy(), values.cpu().numpy()
     logp = torch.log_softmax(logits, -1)
-    actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    logprobs = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    return actions.cpu().numpy(), logprobs.cpu().numpy(), values.cpu().numpy()
+    actions = sample_categorical(logp.exp(), generator)  # [B, 1]: torch.multinomial's draw, minus its checks
+    logprobs = logp.gather(-1, actions).cpu().numpy().reshape(-1)
+    if not np.isfinite(logprobs).all():  # a NaN or inf logit is picked by argmax: refuse as multinomial would
+        raise ValueError("the policy's action probabilities contain NaN or inf (the network diverged)")
+    return actions.cpu().numpy().reshape(-1), logprobs, values.cpu().numpy()
