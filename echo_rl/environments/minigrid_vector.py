@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
 
 from echo_rl.config import ConfigError
 from echo_rl.environments.minigrid_fast_obs import install_fast_obs
 from echo_rl.environments.registry import check_task_name, gym_task, minigrid_id
+from echo_rl.environments.sync_vector import SameStepSyncVectorEnv
 
 # Words that occur in MiniGrid / BabyAI missions; anything else maps to the last slot.
 MISSION_VOCAB = (
@@ -141,7 +142,7 @@ def make_vector_env(task: str, num_envs: int, asynchronous: bool = False, **env_
 def _vector_env(env_fns: list, asynchronous: bool) -> VectorEnv:
     if asynchronous:
         return AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, shared_memory=True)
-    return SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    return SameStepSyncVectorEnv(env_fns)
 
 
 def snapshot_vector_env(envs: VectorEnv) -> dict:
