@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                       "(the default once fetched) or a local checkpoint directory (with a MiniGrid "
                                       "task: MiniGrid as text)")
     p.add_argument("--timesteps", type=int, help="environment steps to train for (TrainingConfig.total_timesteps; "
-                                                 "text tasks: turns)")
+                                                 "text tasks: turns). With --resume, the new budget: a linearly "
+                                                 "annealed LR (ppo_config.anneal_lr) is stretched over it; DQN's "
+                                                 "epsilon and beta keep the first run's horizon")
     p.add_argument("--num-actors", type=int, help="parallel environments / actors")
     p.add_argument("--batch-size", type=int, help="transitions per learner update (a multiple of --num-actors)")
     p.add_argument("--seed", type=int, help="seed of the whole run")

@@ -30,7 +30,9 @@ class PPOConfig(ConfigBase):
     normalize_advantages: bool = spec(True, help="normalise advantages per minibatch")
     scale_rewards: bool = spec(False, help="divide the learner's rewards by the running std of the discounted "
                                             "return, clipped to +-10 (PPO; continuous control: Pendulum)")
-    anneal_lr: bool = spec(True, help="anneal the learning rate linearly to 0 over training")
+    anneal_lr: bool = spec(True, help="anneal the learning rate linearly to 0 over total_timesteps (a resume with "
+                                      "a larger --timesteps stretches the schedule: the LR rises to the new "
+                                      "schedule's value there, as SB3's reset_num_timesteps=False does)")
 
     def validate(self) -> None:
         if self.target_kl is not None and self.target_kl <= 0:
