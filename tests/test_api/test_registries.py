@@ -170,3 +170,12 @@ def test_built_in_order_does_not_depend_on_which_module_was_imported_first():
             "print(registry.text_task_names()[:5])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['alfworld', 'webshop', 'cruxeval', 'arc', 'minigrid']"
+
+
+def test_registration_names_are_importable_from_the_package():
+    """README and docs name ``echo_rl.environments`` as where a user registers a task."""
+    import echo_rl.environments as envs
+    from echo_rl.environments import registry
+
+    for name in envs.__all__:
+        assert getattr(envs, name) is getattr(registry, name)
