@@ -99,7 +99,7 @@ class PPOAgent(ActorCriticAgent):
         step = self.clipped_step if self.dp is None else self.data_parallel_step
         distribution = getattr(self.network, "distribution", None)
         out = ppo_epochs(self.ppo, batch, self.np_rng,
-                         lambda idx, it: Forward(*self.network(obs[it]), distribution=distribution), step, dp=self.dp)
+                         lambda idx, it: Forward(*self.network(obs.index_select(0, it)), distribution=distribution), step, dp=self.dp)
         self.updates += 1
         var_ret, var_err = self._variances(returns, returns - buf.values)
         explained = float("nan") if var_ret == 0 else 1.0 - var_err / var_ret

@@ -39,6 +39,16 @@ class PPOBatch:
     def __len__(self) -> int:
         return self.actions.shape[0]
 
+    def select(self, index: torch.Tensor) -> PPOBatch:
+        """The rows at ``index`` (``index_select``: the values of ``t[index]`` at a fraction of its cost)."""
+        return PPOBatch(*(t.index_select(0, index) for t in self._fields()))
+
+    def rows(self, start: int, stop: int) -> PPOBatch:
+        return PPOBatch(*(t[start:stop] for t in self._fields()))
+
+    def _fields(self) -> tuple[torch.Tensor, ...]:
+        return self.actions, self.old_logprobs, self.old_values, self.advantages, self.returns
+
 
 @dataclass
 class Forward:
@@ -80,11 +90,13 @@ def ppo_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator,
     count, stop = 0, False
     for _ in range(ppo.num_epochs):
         perm = np_rng.permutation(n)
+        perm_t = torch.as_tensor(perm, device=batch.actions.device)
+        shuffled = batch.select(perm_t)  # one gather per epoch; each minibatch is then a slice of it
         for start in range(0, n, mb):
             idx = perm[start:start + mb]
-            it = torch.as_tensor(idx, device=batch.actions.device)
-            out = forward(idx, it)
-            terms, loss = _minibatch_loss(ppo, batch, it, out, batch.advantages[it], ppo.normalize_advantages)
+            out = forward(idx, perm_t[start:start + mb])
+            part = shuffled.rows(start, start + mb)
+            terms, loss = _minibatch_loss(ppo, part, out, part.advantages, ppo.normalize_advantages)
             grad_norm = torch.as_tensor(step(loss), dtype=torch.float32).detach().cpu()
             sums += _metric_row(terms, grad_norm, out)
             count += 1
@@ -97,11 +109,11 @@ def ppo_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator,
     return PPOEpochs(dict(zip(names, (sums / count).tolist())), count, stop)
 
 
-def _minibatch_loss(ppo: PPOConfig, batch: PPOBatch, it: torch.Tensor, out: Forward, advantages: torch.Tensor,
-                    normalize: bool):
-    """PPO's loss terms on one minibatch and the loss to step: PPO's plus the forward pass's own terms."""
-    terms = ppo_loss(out.logits, out.values, batch.actions[it], batch.old_logprobs[it], batch.old_values[it],
-                     advantages, batch.returns[it], clip_epsilon=ppo.clip_epsilon,
+def _minibatch_loss(ppo: PPOConfig, part: PPOBatch, out: Forward, advantages: torch.Tensor, normalize: bool):
+    """PPO's loss terms on one minibatch (``part``: its rows) and the loss to step: PPO's plus the forward
+    pass's own terms."""
+    terms = ppo_loss(out.logits, out.values, part.actions, part.old_logprobs, part.old_values,
+                     advantages, part.returns, clip_epsilon=ppo.clip_epsilon,
                      value_loss_coef=ppo.value_loss_coef, entropy_coef=ppo.entropy_coef, kl_coef=ppo.kl_coef,
                      value_clip=ppo.value_clip, normalize_advantages=normalize, distribution=out.distribution)
     loss = terms.loss
@@ -149,12 +161,13 @@ def _sharded_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator
             idx = dp.local_indices(global_idx)
             share = len(idx) / len(global_idx)
             it = torch.as_tensor(idx, device=batch.actions.device)
-            advantages = batch.advantages[it]
+            part = batch.select(it)
+            advantages = part.advantages
             if ppo.normalize_advantages and len(global_idx) > 1:
                 advantages = _global_normalise(advantages, len(global_idx), dp)
             if len(idx):
                 out = forward(idx, it)
-                terms, loss = _minibatch_loss(ppo, batch, it, out, advantages, normalize=False)
+                terms, loss = _minibatch_loss(ppo, part, out, advantages, normalize=False)
                 grad_norm = torch.as_tensor(step(loss * share), dtype=torch.float32).detach().cpu()
                 local = _metric_row(terms, torch.zeros(()), out).double() * share  # grad norm: set after the sum
             else:
