@@ -21,11 +21,18 @@ from echo_rl.training.echo.model import EchoModel
 from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, torch_generator
 
 
+class _ContinuousActorCritic(ActorCriticAgent):
+    """The acting half of an agent that acts in Box action spaces too (PPO: a DiagGaussian)."""
+
+    continuous_actions = True
+
+
 class ActorCriticActing:
     """An ActorCriticAgent over the slice, used only to act (the sampler and collector every baseline acts with)."""
 
-    def __init__(self, config: TrainingConfig, envs):
-        self.agent = ActorCriticAgent(config, envs, torch.device("cpu"))
+    def __init__(self, config: TrainingConfig, envs, continuous_actions: bool = False):
+        acting_class = _ContinuousActorCritic if continuous_actions else ActorCriticAgent
+        self.agent = acting_class(config, envs, torch.device("cpu"))
 
     @property
     def network(self) -> torch.nn.Module:
@@ -104,7 +111,7 @@ def acting_part(agent_class: type, config: TrainingConfig, envs):
     """The acting half of ``agent_class`` over ``envs`` (a worker's slice, ``config`` that slice's config)."""
     if issubclass(agent_class, EchoAgent):
         return EchoActing(config, envs)
-    return ActorCriticActing(config, envs)
+    return ActorCriticActing(config, envs, continuous_actions=agent_class.continuous_actions)
 
 
 #: agent classes that run on Ray (their acting half is above)

@@ -37,7 +37,7 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.distributed.ray_acting import RAY_AGENT_BASES, acting_part
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
-from echo_rl.environments.minigrid_vector import make_minigrid_env, make_vector_env
+from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.training.echo.agent import EchoAgent
 from echo_rl.training.ppo_agent import PPOAgent
 from echo_rl.training.rollout import EpisodeStats, RolloutBuffer
@@ -346,8 +346,8 @@ class RayAgentMixin:
         ray = _ray()
         num_workers = num_workers or default_num_workers(config)
         self.slices = worker_slices(config.num_actors, num_workers)
-        probe = make_minigrid_env(config.env_name, **config.env_config)
-        spaces = _SpacesOnly(probe.observation_space, probe.action_space, config.num_actors)
+        probe = make_vector_env(config.env_name, 1, **config.env_config)  # any vector task: MiniGrid, gym:, dmc:
+        spaces = _SpacesOnly(probe.single_observation_space, probe.single_action_space, config.num_actors)
         probe.close()
         super().__init__(config, spaces, device)
         self._owns_ray = _init_ray(config, num_workers)
