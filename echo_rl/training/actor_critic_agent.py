@@ -37,8 +37,8 @@ from echo_rl.models.distributions import check_fits, default_distribution, is_co
 from echo_rl.models.policies import ActorCritic, build_actor_critic
 from echo_rl.training.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
-from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, action_layout, evaluate_policy,
-                                     sample_policy, torch_generator)
+from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, acting_forward, action_layout,
+                                     evaluate_policy, sample_policy, torch_generator)
 
 
 class ActorCriticAgent(ModularAgent, VectorAgentBase):
@@ -165,8 +165,8 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(obs, device=self.device)
 
-    def _policy(self, obs: np.ndarray):
-        return sample_policy(self.network, self.generator, self._obs(obs))
+    def _policy(self, obs: np.ndarray, forward=None):
+        return sample_policy(self.network, self.generator, self._obs(obs), forward=forward)
 
     @torch.no_grad()
     def _value(self, obs: np.ndarray) -> np.ndarray:
@@ -216,7 +216,8 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         return buf.num_steps * buf.num_envs
 
     def train_iteration(self) -> dict[str, float]:
-        buf = self.collector.collect(self._policy, self._value)
+        forward = acting_forward(self.network)  # built per rollout: it sees a network swapped in since the last
+        buf = self.collector.collect(lambda obs: self._policy(obs, forward), self._value)
         self.env_steps += self.rollout_env_steps(buf)
         metrics = self.collector.stats.drain()
         if self.env_steps <= self.config.learning_starts:

@@ -152,33 +152,39 @@ class VectorRolloutCollector:
     def run(self, actor: StepActor) -> RolloutBuffer:
         b = self.buffer
         context = dict(actor.begin())
+        # this loop runs once per env step: its look-ups are hoisted into locals
+        step, select, observe = self.envs.step, actor.select, actor.observe
+        obs_buf, action_buf, logprob_buf, value_buf = b.obs, b.actions, b.logprobs, b.values
+        reward_buf, terminated_buf, truncated_buf, final_values = b.rewards, b.terminated, b.truncated, b.final_values
+        extras, next_observations = tuple(b.extras.items()), b.next_observations
+        ep_return, ep_length = self.ep_return, self.ep_length
+        final_values[:b.num_steps] = 0.0  # V(final_obs) is written below only where an episode was truncated
         for t in range(b.num_steps):
             obs = self.next_obs
-            b.obs[t] = obs
-            actions, logprobs, values, extras = actor.select(obs)
-            next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
-            b.actions[t], b.logprobs[t], b.values[t] = actions, logprobs, values
-            b.rewards[t], b.terminated[t], b.truncated[t] = rewards, terminated, truncated
-            b.final_values[t] = 0.0
-            for name, array in b.extras.items():
-                array[t] = extras[name]
-            if b.next_observations is not None:
-                b.next_observations[t] = next_obs
-            self.ep_return += rewards
-            self.ep_length += 1
+            obs_buf[t] = obs
+            actions, logprobs, values, step_extras = select(obs)
+            next_obs, rewards, terminated, truncated, info = step(actions)
+            action_buf[t], logprob_buf[t], value_buf[t] = actions, logprobs, values
+            reward_buf[t], terminated_buf[t], truncated_buf[t] = rewards, terminated, truncated
+            for name, array in extras:
+                array[t] = step_extras[name]
+            if next_observations is not None:
+                next_observations[t] = next_obs
+            ep_return += rewards
+            ep_length += 1
             done = terminated | truncated
             if done.any():
-                if b.next_observations is not None:
+                if next_observations is not None:
                     idx = np.nonzero(done)[0]
-                    b.next_observations[t, idx] = np.stack([info["final_obs"][i] for i in idx])
+                    next_observations[t, idx] = np.stack([info["final_obs"][i] for i in idx])
                 if truncated.any():
                     idx = np.nonzero(truncated)[0]
-                    b.final_values[t, idx] = actor.final_values(np.stack([info["final_obs"][i] for i in idx]), idx)
+                    final_values[t, idx] = actor.final_values(np.stack([info["final_obs"][i] for i in idx]), idx)
                 for i in np.nonzero(done)[0]:
-                    self.stats.add(self.ep_return[i], self.ep_length[i], bool(terminated[i] and rewards[i] > 0))
-                self.ep_return[done] = 0.0
-                self.ep_length[done] = 0
-            actor.observe(done)
+                    self.stats.add(ep_return[i], ep_length[i], bool(terminated[i] and rewards[i] > 0))
+                ep_return[done] = 0.0
+                ep_length[done] = 0
+            observe(done)
             self.next_obs = next_obs
         context.update(actor.end())
         b.context = context
@@ -236,11 +242,13 @@ def torch_generator(seed: int) -> torch.Generator:
 
 
 @torch.no_grad()
-def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: torch.Tensor):
+def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: torch.Tensor,
+                  forward: Callable | None = None):
     """Actions, their log-probabilities and values under an actor-critic ``network``: the one way the
     actor-critic agents act, in process, in an actor process and on Ray workers alike. A continuous
-    distribution (``echo_rl.models.distributions``) draws unbounded actions; the env clips them."""
-    logits, values = network(obs)
+    distribution (``echo_rl.models.distributions``) draws unbounded actions; the env clips them.
+    ``forward``: ``network``'s forward pass as :func:`acting_forward` built it (default: ``network`` itself)."""
+    logits, values = (forward or network)(obs)
     distribution = getattr(network, "distribution", None)
     if getattr(distribution, "continuous", False):
         actions = distribution.sample(logits, generator)
@@ -252,3 +260,59 @@ def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: tor
     if not np.isfinite(logprobs).all():  # a NaN or inf logit is picked by argmax: refuse as multinomial would
         raise ValueError("the policy's action probabilities contain NaN or inf (the network diverged)")
     return actions.cpu().numpy().reshape(-1), logprobs, values.cpu().numpy()
+
+
+def acting_forward(network: torch.nn.Module) -> Callable:
+    """``network``'s forward pass with its heads' module calls flattened, for acting; else ``network`` itself.
+
+    Why: acting runs the network once per env step on a handful of observations, where each module call
+    (hook checks, parameter look-ups: ~1.5 µs) costs about what the layer's arithmetic does; an
+    :class:`~echo_rl.models.policies.ActorCritic` makes eleven. For one whose heads are ``nn.Sequential``
+    of plain ``nn.Linear`` / ``nn.Tanh`` (every named network's) and with no forward hooks, this makes the
+    same ``F.linear`` / ``torch.tanh`` calls on the same parameter tensors in ActorCritic's order, so the
+    same floats (``tests/test_training/test_ppo_speed.py`` compares them); the encoder and the distribution
+    are called as modules. It reads the network's structure once: build it again after modules are
+    replaced (the agents build it at each rollout's start). Parameters updated in place are seen.
+    """
+    from echo_rl.models.policies import ActorCritic
+
+    if type(network) is not ActorCritic or _has_forward_hooks(network):
+        return network
+    heads = []
+    for head in (network.actor, network.critic):
+        if type(head) is not torch.nn.Sequential:
+            return network
+        layers = []
+        for layer in head:
+            if type(layer) is torch.nn.Linear:
+                layers.append((layer.weight, layer.bias))
+            elif type(layer) is torch.nn.Tanh:
+                layers.append(None)
+            else:
+                return network
+        heads.append(tuple(layers))
+    encoder, distribution, (actor, critic) = network.encoder, network.distribution, heads
+    linear, tanh = torch.nn.functional.linear, torch.tanh
+
+    def forward(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = encoder(obs)
+        logits = features
+        for layer in actor:
+            logits = tanh(logits) if layer is None else linear(logits, *layer)
+        if distribution is not None:
+            logits = distribution(logits)
+        values = features
+        for layer in critic:
+            values = tanh(values) if layer is None else linear(values, *layer)
+        return logits, values.squeeze(-1)
+
+    return forward
+
+
+def _has_forward_hooks(network: torch.nn.Module) -> bool:
+    """Module or global forward hooks: flattened calls would skip them."""
+    from torch.nn.modules import module as torch_module
+
+    if any(getattr(torch_module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks")):
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in network.modules())

@@ -1,17 +1,20 @@
-"""PPO's fast paths compute bit for bit what the plain code computes: foreach Adam, per-epoch gathers."""
+"""PPO's fast paths compute bit for bit what the plain code computes: foreach Adam, per-epoch gathers,
+the flattened acting forward."""
 
 from __future__ import annotations
 
 import copy
 
 import numpy as np
+import pytest
 import torch
 
 from echo_rl.algorithms.ppo import ppo_loss
 from echo_rl.config import PPOConfig, TrainingConfig
-from echo_rl.models.policies import make_actor_critic
+from echo_rl.models.policies import EpsilonCategorical, make_actor_critic
 from echo_rl.training.agents import build_agent
 from echo_rl.training.ppo_update import BASE_METRICS, Forward, PPOBatch, ppo_epochs
+from echo_rl.training.rollout import acting_forward
 
 
 def _random_grads(params, g: torch.Generator) -> None:
@@ -100,3 +103,43 @@ def test_ppo_batch_select_and_rows_are_the_indexed_rows():
     for picked, full in zip(batch.select(index)._fields(), batch._fields()):
         assert torch.equal(picked, full[index])
     assert [t.tolist() for t in batch.rows(2, 4)._fields()] == [[2 * k, 3 * k] for k in range(1, 6)]
+
+
+def _obs(network: str, n: int = 8) -> torch.Tensor:
+    from echo_rl.environments.minigrid_vector import make_minigrid_env
+
+    env = make_minigrid_env("minigrid:MiniGrid-DoorKey-5x5-v0")
+    rows = [env.reset(seed=s)[0] for s in range(n)]
+    return torch.as_tensor(np.stack(rows))
+
+
+@pytest.mark.parametrize("network", ["mlp", "minigrid"])
+@pytest.mark.parametrize("distribution", [None, EpsilonCategorical(0.1)])
+def test_acting_forward_is_the_networks_forward(network, distribution):
+    torch.manual_seed(0)
+    obs = _obs(network)
+    net = make_actor_critic(network, obs.shape[1], 7)
+    net.distribution = distribution
+    forward = acting_forward(net)
+    assert forward is not net  # the flattened path is the one under test
+    with torch.no_grad():
+        for got, want in zip(forward(obs), net(obs)):
+            assert torch.equal(got, want)
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    net(obs)[0].sum().backward()
+    opt.step()  # in place: the flattened forward reads the updated weights
+    with torch.no_grad():
+        for got, want in zip(forward(obs), net(obs)):
+            assert torch.equal(got, want)
+
+
+def test_acting_forward_keeps_the_module_calls_where_it_cannot_flatten():
+    net = make_actor_critic("mlp", 10, 3)
+    handle = net.actor[0].register_forward_hook(lambda *a: None)
+    assert acting_forward(net) is net  # a hook would be skipped
+    handle.remove()
+    assert acting_forward(net) is not net
+    net.critic[1] = torch.nn.ReLU()
+    assert acting_forward(net) is net  # a layer it does not know
+    other = torch.nn.Linear(4, 2)
+    assert acting_forward(other) is other
