@@ -56,3 +56,23 @@ def test_stock_observation_on_request_and_overriding_envs_are_left_alone():
             return super().gen_obs()
 
     assert install_fast_obs(Custom()) is False
+
+
+@pytest.mark.parametrize("size", [3, 5, 7, 9])
+def test_visibility_sweep_equals_minigrid_process_vis(size):
+    from minigrid.core.grid import Grid
+    from minigrid.core.world_object import Ball, Door, Wall
+
+    from echo_rl.environments.minigrid_fast_obs import _visibility
+
+    rng = np.random.default_rng(size)
+    kinds = [lambda: None, Wall, lambda: Door("red", is_open=True), lambda: Door("red"), lambda: Ball("blue")]
+    for trial in range(400):
+        grid = Grid(size, size)
+        p_empty = rng.uniform(0.2, 0.9)  # from open rooms to walls everywhere: early and late ends of the sweep
+        for i in range(size):
+            for j in range(size):
+                grid.set(i, j, None if rng.random() < p_empty else kinds[rng.integers(1, len(kinds))]())
+        objs = [grid.get(i, j) for i in range(size) for j in range(size)]
+        ours = np.array(_visibility(objs, size)).reshape(size, size)
+        np.testing.assert_array_equal(ours, grid.process_vis((size // 2, size - 1)), err_msg=f"trial {trial}")
