@@ -37,7 +37,7 @@ from echo_rl.models.distributions import check_fits, default_distribution, is_co
 from echo_rl.models.policies import ActorCritic, build_actor_critic
 from echo_rl.training.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
-from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, acting_forward, action_layout,
+from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, flat_forward, action_layout,
                                      evaluate_policy, sample_policy, torch_generator)
 
 
@@ -216,7 +216,7 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         return buf.num_steps * buf.num_envs
 
     def train_iteration(self) -> dict[str, float]:
-        forward = acting_forward(self.network)  # built per rollout: it sees a network swapped in since the last
+        forward = flat_forward(self.network)  # built per rollout: it sees a network swapped in since the last
         buf = self.collector.collect(lambda obs: self._policy(obs, forward), self._value)
         self.env_steps += self.rollout_env_steps(buf)
         metrics = self.collector.stats.drain()
@@ -234,13 +234,21 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
             for group in self.optimizer.param_groups:
                 group["lr"] = frac * self.base_lr
 
-    def clipped_step(self, loss: torch.Tensor) -> torch.Tensor:
-        """Backward, global grad-norm clip (``ppo_config.max_grad_norm``), optimiser step; returns the norm."""
-        self.optimizer.zero_grad(set_to_none=True)
+    def clipped_step(self, loss: torch.Tensor, params: list | None = None) -> torch.Tensor:
+        """Backward, global grad-norm clip (``ppo_config.max_grad_norm``), optimiser step; returns the norm.
+        ``params``: the network's parameters, listed once by a caller that steps many minibatches."""
+        self.zero_grad()
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.network.parameters(), self.ppo.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.network.parameters() if params is None else params,
+                                                   self.ppo.max_grad_norm)
         self.optimizer.step()
         return grad_norm.detach()
+
+    def zero_grad(self) -> None:
+        """``optimizer.zero_grad(set_to_none=True)`` without its profiler record and grouping (~40 µs a step)."""
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = None
 
     # -- checkpointing ------------------------------------------------------
     def state_dict(self) -> dict:

@@ -22,7 +22,7 @@ from echo_rl.distributed import data_parallel
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.training.actor_critic_agent import ActorCriticAgent
 from echo_rl.training.ppo_update import Forward, PPOBatch, ppo_epochs
-from echo_rl.training.rollout import RolloutBuffer, torch_generator
+from echo_rl.training.rollout import RolloutBuffer, flat_forward, torch_generator
 
 
 class PPOAgent(ActorCriticAgent):
@@ -50,7 +50,7 @@ class PPOAgent(ActorCriticAgent):
 
     def data_parallel_step(self, loss: torch.Tensor | None) -> torch.Tensor:
         """:meth:`clipped_step` with the gradients summed over the learners between backward and clipping."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
         if loss is not None:
             loss.backward()
         self.dp.sum_gradients(self.network.parameters())
@@ -96,10 +96,13 @@ class PPOAgent(ActorCriticAgent):
         flat = lambda a: torch.as_tensor(a.reshape(-1, *a.shape[2:]), device=self.device)  # noqa: E731
         obs = flat(buf.obs)
         batch = PPOBatch(flat(buf.actions), flat(buf.logprobs), flat(buf.values), flat(advantages), flat(returns))
-        step = self.clipped_step if self.dp is None else self.data_parallel_step
+        params = list(self.network.parameters())  # listed once per update, not walked on every minibatch
+        step = (lambda loss: self.clipped_step(loss, params)) if self.dp is None else self.data_parallel_step
         distribution = getattr(self.network, "distribution", None)
+        network = flat_forward(self.network)
         out = ppo_epochs(self.ppo, batch, self.np_rng,
-                         lambda idx, it: Forward(*self.network(obs.index_select(0, it)), distribution=distribution), step, dp=self.dp)
+                         lambda idx, it: Forward(*network(obs.index_select(0, it)), distribution=distribution), step,
+                         dp=self.dp)
         self.updates += 1
         var_ret, var_err = self._variances(returns, returns - buf.values)
         explained = float("nan") if var_ret == 0 else 1.0 - var_err / var_ret

@@ -247,7 +247,7 @@ def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: tor
     """Actions, their log-probabilities and values under an actor-critic ``network``: the one way the
     actor-critic agents act, in process, in an actor process and on Ray workers alike. A continuous
     distribution (``echo_rl.models.distributions``) draws unbounded actions; the env clips them.
-    ``forward``: ``network``'s forward pass as :func:`acting_forward` built it (default: ``network`` itself)."""
+    ``forward``: ``network``'s forward pass as :func:`flat_forward` built it (default: ``network`` itself)."""
     logits, values = (forward or network)(obs)
     distribution = getattr(network, "distribution", None)
     if getattr(distribution, "continuous", False):
@@ -262,17 +262,18 @@ def sample_policy(network: torch.nn.Module, generator: torch.Generator, obs: tor
     return actions.cpu().numpy().reshape(-1), logprobs, values.cpu().numpy()
 
 
-def acting_forward(network: torch.nn.Module) -> Callable:
-    """``network``'s forward pass with its heads' module calls flattened, for acting; else ``network`` itself.
+def flat_forward(network: torch.nn.Module) -> Callable:
+    """``network``'s forward pass with its heads' module calls flattened (acting, learning); else ``network``.
 
     Why: acting runs the network once per env step on a handful of observations, where each module call
     (hook checks, parameter look-ups: ~1.5 µs) costs about what the layer's arithmetic does; an
-    :class:`~echo_rl.models.policies.ActorCritic` makes eleven. For one whose heads are ``nn.Sequential``
-    of plain ``nn.Linear`` / ``nn.Tanh`` (every named network's) and with no forward hooks, this makes the
-    same ``F.linear`` / ``torch.tanh`` calls on the same parameter tensors in ActorCritic's order, so the
-    same floats (``tests/test_training/test_ppo_speed.py`` compares them); the encoder and the distribution
-    are called as modules. It reads the network's structure once: build it again after modules are
-    replaced (the agents build it at each rollout's start). Parameters updated in place are seen.
+    :class:`~echo_rl.models.policies.ActorCritic` makes eleven, on every minibatch of the update too. For
+    one whose heads are ``nn.Sequential`` of plain ``nn.Linear`` / ``nn.Tanh`` (every named network's) and
+    with no forward hooks, this makes the same ``F.linear`` / ``torch.tanh`` calls on the same parameter
+    tensors in ActorCritic's order, so the same floats and gradients (``tests/test_training/
+    test_ppo_speed.py`` compares them); the encoder and the distribution are called as modules. It reads
+    the network's structure once: build it again after modules are replaced (the agents build one per
+    rollout and per update). Parameters updated in place are seen.
     """
     from echo_rl.models.policies import ActorCritic
 

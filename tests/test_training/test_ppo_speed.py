@@ -14,7 +14,7 @@ from echo_rl.config import PPOConfig, TrainingConfig
 from echo_rl.models.policies import EpsilonCategorical, make_actor_critic
 from echo_rl.training.agents import build_agent
 from echo_rl.training.ppo_update import BASE_METRICS, Forward, PPOBatch, ppo_epochs
-from echo_rl.training.rollout import acting_forward
+from echo_rl.training.rollout import flat_forward
 
 
 def _random_grads(params, g: torch.Generator) -> None:
@@ -115,31 +115,34 @@ def _obs(network: str, n: int = 8) -> torch.Tensor:
 
 @pytest.mark.parametrize("network", ["mlp", "minigrid"])
 @pytest.mark.parametrize("distribution", [None, EpsilonCategorical(0.1)])
-def test_acting_forward_is_the_networks_forward(network, distribution):
+def test_flat_forward_is_the_networks_forward(network, distribution):
     torch.manual_seed(0)
     obs = _obs(network)
     net = make_actor_critic(network, obs.shape[1], 7)
     net.distribution = distribution
-    forward = acting_forward(net)
+    forward = flat_forward(net)
     assert forward is not net  # the flattened path is the one under test
     with torch.no_grad():
         for got, want in zip(forward(obs), net(obs)):
             assert torch.equal(got, want)
-    opt = torch.optim.Adam(net.parameters(), lr=0.1)
-    net(obs)[0].sum().backward()
-    opt.step()  # in place: the flattened forward reads the updated weights
+    twin = copy.deepcopy(net)
+    for model, run in ((net, forward), (twin, twin)):  # learning through it: the same gradients
+        logits, values = run(obs)
+        (torch.log_softmax(logits, -1)[:, 2].sum() + (values ** 2).mean()).backward()
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(net.parameters(), twin.parameters()))
+    torch.optim.Adam(net.parameters(), lr=0.1).step()  # in place: the flattened forward reads the updated weights
     with torch.no_grad():
         for got, want in zip(forward(obs), net(obs)):
             assert torch.equal(got, want)
 
 
-def test_acting_forward_keeps_the_module_calls_where_it_cannot_flatten():
+def test_flat_forward_keeps_the_module_calls_where_it_cannot_flatten():
     net = make_actor_critic("mlp", 10, 3)
     handle = net.actor[0].register_forward_hook(lambda *a: None)
-    assert acting_forward(net) is net  # a hook would be skipped
+    assert flat_forward(net) is net  # a hook would be skipped
     handle.remove()
-    assert acting_forward(net) is not net
+    assert flat_forward(net) is not net
     net.critic[1] = torch.nn.ReLU()
-    assert acting_forward(net) is net  # a layer it does not know
+    assert flat_forward(net) is net  # a layer it does not know
     other = torch.nn.Linear(4, 2)
-    assert acting_forward(other) is other
+    assert flat_forward(other) is other
