@@ -41,7 +41,9 @@ class EchoLearner:
 
     # -- PPO on the fresh rollout -------------------------------------------------------------
     def ppo_update(self, roll: EchoRollout, updates: int) -> dict[str, float]:
-        """Clipped surrogate + value - entropy + ``kl_weight`` * plan KL + ``world_model_coef`` * world-model CE."""
+        """Clipped surrogate + value - entropy; with ``plan_pass=minibatch`` also ``kl_weight`` * plan KL +
+        ``world_model_coef`` * world-model CE in every minibatch, with ``plan_pass=rollout`` those in
+        :meth:`plan_update` after PPO's epochs."""
         m, ppo, k = self.model, self.ppo, self.model.k
         T, N = self.num_steps, self.num_envs
         self.set_lr(updates)
@@ -55,19 +57,31 @@ class EchoLearner:
                                ppo.gamma, ppo.gae_lambda)
         self.ppo_advantage_std = float(np.std(adv))  # self-imitation's advantages are kept to this scale
         flat = lambda a: m.tensor(a.reshape(T * N, *a.shape[2:]))  # noqa: E731
-        obs, eps, wm_target = flat(roll.obs), flat(roll.eps), flat(roll.wm_target)
         batch = PPOBatch(flat(roll.actions), flat(roll.logprobs), flat(roll.values), flat(adv), flat(ret))
-        if self.echo.plan_pass == "rollout":  # the plans the actors acted with; the plan learns in plan_update
-            plan_means = flat(roll.plan_mean) if self.echo.latent_plan else None
+        if self.echo.plan_pass == "rollout":
+            forward, extra = self._acting_plan_forward(roll, flat), ()
+        else:
+            forward, extra = self._minibatch_plan_forward(roll, flat, full_obs, full_ep, batch), \
+                ("loss/plan_kl", "loss/world_model")
+        out = ppo_epochs(ppo, batch, self.np_rng, forward, lambda loss: m.lpo.step(loss)["grad_norm_policy"],
+                         extra_metrics=extra)
+        plan_metrics = self.plan_update(roll, full_obs, full_ep) if self.echo.plan_pass == "rollout" else {}
+        return {**out.means, **plan_metrics, "loss/learning_rate": m.lpo.optimizer.param_groups[0]["lr"],
+                "loss/minibatches": float(out.minibatches)}
 
-            def forward(idx: np.ndarray, it: torch.Tensor) -> Forward:
-                logits, values = m.heads_on_plan_means(obs[it], None if plan_means is None else plan_means[it])
-                return Forward(logits, values)
+    def _acting_plan_forward(self, roll: EchoRollout, flat):
+        """PPO's forward pass on the plan means the actors acted with: no plan is computed here."""
+        m, obs = self.model, flat(roll.obs)
+        plan_means = flat(roll.plan_mean) if self.echo.latent_plan else None
 
-            out = ppo_epochs(ppo, batch, self.np_rng, forward, lambda loss: m.lpo.step(loss)["grad_norm_policy"])
-            return {**out.means, **self.plan_update(roll, full_obs, full_ep),
-                    "loss/learning_rate": m.lpo.optimizer.param_groups[0]["lr"],
-                    "loss/minibatches": float(out.minibatches)}
+        def forward(idx: np.ndarray, it: torch.Tensor) -> Forward:
+            return Forward(*m.heads_on_plan_means(obs[it], None if plan_means is None else plan_means[it]))
+        return forward
+
+    def _minibatch_plan_forward(self, roll: EchoRollout, flat, full_obs, full_ep, batch: PPOBatch):
+        """PPO's forward pass with the current encoder's plans, their KL and the world model, per minibatch."""
+        m, k, T, N = self.model, self.model.k, self.num_steps, self.num_envs
+        obs, eps, wm_target = flat(roll.obs), flat(roll.eps), flat(roll.wm_target)
         if self.echo.latent_plan:  # every step's k+1-state window, scaled once for all epochs (flat index t*N + n)
             win, win_mask = m.gather_windows(m.tensor(full_obs), m.tensor(full_ep), np.repeat(np.arange(T), N),
                                              np.tile(np.arange(N), T), k + 1)
@@ -83,15 +97,12 @@ class EchoLearner:
                 wm = m.wm_head.loss(h, batch.actions[it], wm_target[it])
                 losses.append(self.echo.world_model_coef * wm)
             return Forward(logits, values, losses, (kl, wm))
-
-        out = ppo_epochs(ppo, batch, self.np_rng, forward, lambda loss: m.lpo.step(loss)["grad_norm_policy"],
-                         extra_metrics=("loss/plan_kl", "loss/world_model"))
-        return {**out.means, "loss/learning_rate": m.lpo.optimizer.param_groups[0]["lr"],
-                "loss/minibatches": float(out.minibatches)}
+        return forward
 
     def plan_update(self, roll: EchoRollout, full_obs: np.ndarray, full_ep: np.ndarray) -> dict[str, float]:
         """``plan_pass=rollout``: one pass of plan-KL + world-model steps over the rollout, in chunks of whole
-        envs (``ppo_config.batch_size`` steps each), so each state is embedded once, not once per window."""
+        envs (``ppo_config.batch_size`` steps each), so each state is embedded once, not once per window
+        (the minibatch pass embeds k+1 states per sample, in each of PPO's epochs)."""
         m, echo, k, T, N = self.model, self.echo, self.model.k, self.num_steps, self.num_envs
         if not (echo.world_model_coef > 0 or (echo.latent_plan and self.plan_cfg.kl_weight > 0)):
             return {}

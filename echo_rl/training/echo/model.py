@@ -176,20 +176,20 @@ class EchoModel:
         else:
             tau = plan.rsample(eps if eps is not None else torch.zeros_like(plan.mean))
             features, wm_in = pol.condition(h, plan.mean.detach()), torch.cat([h.detach(), tau], -1)
-        logits = pol.policy_head(features)
-        distribution = getattr(pol, "distribution", None)  # agent.set(distribution=...): normalised log-probs
-        if distribution is not None:
-            logits = distribution(logits)
-        return logits, pol.value_head(features).squeeze(-1), wm_in
+        return (*self._outputs(features), wm_in)
 
     def heads_on_plan_means(self, obs: torch.Tensor, plan_mean: torch.Tensor | None):
         """-> (logits, values) of steps whose plan means are given: the ones the actors acted with
         (``echo_config.plan_pass=rollout``), so PPO's pass computes no plan."""
         pol = self.lpo.policy
         h = pol.trunk(obs)
-        features = h if plan_mean is None else pol.condition(h, plan_mean)
+        return self._outputs(h if plan_mean is None else pol.condition(h, plan_mean))
+
+    def _outputs(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, values) of conditioned features."""
+        pol = self.lpo.policy
         logits = pol.policy_head(features)
-        distribution = getattr(pol, "distribution", None)
+        distribution = getattr(pol, "distribution", None)  # agent.set(distribution=...): normalised log-probs
         if distribution is not None:
             logits = distribution(logits)
         return logits, pol.value_head(features).squeeze(-1)
