@@ -146,3 +146,26 @@ def test_flat_forward_keeps_the_module_calls_where_it_cannot_flatten():
     assert flat_forward(net) is net  # a layer it does not know
     other = torch.nn.Linear(4, 2)
     assert flat_forward(other) is other
+
+
+def test_clip_grad_norm_is_torchs():
+    from echo_rl.training.actor_critic_agent import clip_grad_norm
+
+    g = torch.Generator().manual_seed(5)
+    for trial in range(40):
+        nets = [make_actor_critic("mlp", 12, 4) for _ in range(2)]
+        nets[1].load_state_dict(nets[0].state_dict())
+        _random_grads(nets[0].parameters(), g)
+        for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+            b.grad = a.grad.clone()
+        if trial % 5 == 0:  # a parameter without a gradient is skipped alike
+            next(nets[0].parameters()).grad = next(nets[1].parameters()).grad = None
+        ours = clip_grad_norm(nets[0].parameters(), 0.5)
+        theirs = torch.nn.utils.clip_grad_norm_(nets[1].parameters(), 0.5)
+        assert torch.equal(ours, theirs)
+        assert all((a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+                   for a, b in zip(nets[0].parameters(), nets[1].parameters()))
+    mixed = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2, dtype=torch.float64))]
+    for p in mixed:
+        p.grad = torch.full_like(p, 2.0)
+    assert torch.isclose(clip_grad_norm(mixed, 1.0), torch.tensor(2 * 5 ** 0.5, dtype=torch.float64))  # torch's path
