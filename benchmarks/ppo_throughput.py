@@ -2,7 +2,9 @@
 
 Both train on MiniGrid DoorKey-5x5 with the same flat observation wrapper
 (``FlatMiniGridObs``), n_envs, n_steps, epochs and minibatch size, the same
-torch thread count and, by default, the same network shape (64x64 MLP heads);
+loss (EchoRL set to SB3's: no KL penalty, no value clipping, constant learning
+rate; ``--echo-defaults`` keeps EchoRL's), the same torch thread count and, by
+default, the same network shape (64x64 MLP heads);
 the figure is env steps per second of the whole training loop (collection +
 updates). EchoRL steps its envs in-process by default (``--vector-env``
 selects worker processes); SB3 runs its default in-process DummyVecEnv.
@@ -30,6 +32,8 @@ from echo_rl import EchoRLTrainer, PPOConfig, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_minigrid_env
 
 TASK = "minigrid:MiniGrid-DoorKey-5x5-v0"
+#: SB3 PPO's defaults where EchoRL's differ: no KL penalty in the loss, no value clipping, a constant learning rate
+SB3_LOSS = {"kl_coef": 0.0, "value_clip": None, "anneal_lr": False}
 
 
 def run_echo(args) -> float:
@@ -37,7 +41,8 @@ def run_echo(args) -> float:
                          policy_network=args.network, vector_env=args.vector_env,
                          batch_size=args.n_envs * args.n_steps, evaluation_frequency=0, evaluation_episodes=1,
                          save_frequency=0, seed=0,
-                         ppo_config=PPOConfig(num_epochs=args.epochs, batch_size=args.minibatch, learning_rate=3e-4))
+                         ppo_config=PPOConfig(num_epochs=args.epochs, batch_size=args.minibatch, learning_rate=3e-4,
+                                              **({} if args.echo_defaults else SB3_LOSS)))
     with tempfile.TemporaryDirectory() as d:
         trainer = EchoRLTrainer(cfg, run_dir=d, show_progress=False)
         t = time.perf_counter()
@@ -94,6 +99,9 @@ def main() -> None:
                    help="EchoRL's policy network (mlp = SB3 MlpPolicy's 64x64 shape)")
     p.add_argument("--vector-env", default="sync", choices=["sync", "async"],
                    help="EchoRL's env stepping: in-process or worker processes (SB3 uses its default DummyVecEnv)")
+    p.add_argument("--echo-defaults", action="store_true",
+                   help="EchoRL keeps its own PPO defaults (KL penalty 0.1, value clip 0.2, LR annealing) instead of "
+                        "SB3's loss: more work per minibatch than SB3 does")
     p.add_argument("--env-only", action="store_true",
                    help="time EchoRL's env adapter alone (no learning): run it under PYTHONPATH=<other tree> to compare")
     args = p.parse_args()
@@ -114,7 +122,8 @@ def main() -> None:
     r_sf = [a / b for a, b in zip(echo, sb3_fast)]
     print(f"setup: {TASK}, n_envs={args.n_envs}, n_steps={args.n_steps}, epochs={args.epochs}, "
           f"minibatch={args.minibatch}, timesteps={args.timesteps}, torch threads={args.threads}, reps={args.reps}, "
-          f"EchoRL network={args.network}, vector_env={args.vector_env}; SB3 MlpPolicy + DummyVecEnv")
+          f"EchoRL network={args.network}, vector_env={args.vector_env}, "
+          f"{'EchoRL PPO defaults' if args.echo_defaults else 'SB3 loss settings'}; SB3 MlpPolicy + DummyVecEnv")
     print(f"EchoRL PPO : {e:8.0f} env steps/s  (runs: {', '.join(f'{x:.0f}' for x in echo)})")
     print(f"SB3 PPO    : {s:8.0f} env steps/s  (runs: {', '.join(f'{x:.0f}' for x in sb3)})  MiniGrid's own observations")
     print(f"SB3 PPO    : {sf:8.0f} env steps/s  (runs: {', '.join(f'{x:.0f}' for x in sb3_fast)})  "
