@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],
                    help="text tasks: environment option, e.g. --set task=input for CRUXEval input prediction "
                         "(repeatable)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="trained runs: act with the policy's mode, not sampled actions (evaluation_deterministic)")
     p.add_argument("--output", help="write the results as JSON to this file")
 
 
@@ -43,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
             with open(args.output, "w") as fh:
                 json.dump(results, fh, indent=2, sort_keys=True)
     elif args.task:
+        if args.deterministic:
+            raise ConfigError("--deterministic is for trained runs (--run-dir); prompting agents decode with "
+                              "their backbone's own settings")
         if not (args.agent and args.backbone):
             raise ConfigError("text-task evaluation needs --agent (react, act, tot) and --backbone")
         from echo_rl.agents.runner import DEFAULT_CONCURRENCY, evaluate_text_agent
@@ -79,6 +84,8 @@ def _eval_run(args: argparse.Namespace) -> dict:
     config = RunDirectory.config_of(args.run_dir, flag="--run-dir")
     if args.seed is not None:
         config = config.with_overrides({"seed": args.seed})
+    if args.deterministic:
+        config = config.with_overrides({"evaluation_deterministic": True})
     trainer = EchoRLTrainer(config, run_dir=args.run_dir, resume=True, show_progress=False)
     if trainer.run.latest_checkpoint() is None:
         raise ConfigError(f"--run-dir {args.run_dir} has no checkpoint to evaluate")

@@ -39,6 +39,9 @@ class TrainingConfig(ConfigBase):
     train_frequency: int | None = spec(None, help="env steps between learner updates (None: batch_size)")
     evaluation_frequency: int = spec(50_000, help="env steps between evaluations (0: only at the end)", min=0)
     evaluation_episodes: int = spec(100, help="episodes per evaluation", min=1)
+    evaluation_deterministic: bool = spec(False, help="evaluate with the policy's mode instead of sampling "
+                                                      "(argmax action, the Gaussian's mean, EchoRL's plan mean; "
+                                                      "DQN: greedy), as SB3's deterministic=True")
     save_frequency: int = spec(50_000, help="env steps between checkpoints (0: only at the end)", min=0)
     num_actors: int = spec(8, help="parallel environments / actors", min=1)
     vector_env: str = spec("sync", help="step the actors' envs in this process (sync) or in worker processes "

@@ -188,17 +188,24 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         return self.network.value(self._obs(obs)).cpu().numpy()
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray, generator: torch.Generator) -> np.ndarray:
+    def act(self, obs: np.ndarray, generator: torch.Generator, deterministic: bool = False) -> np.ndarray:
+        """Sampled actions, or with ``deterministic`` the distribution's mode (argmax; a Gaussian's mean)."""
         logits, _ = self.network(self._obs(obs))
         distribution = getattr(self.network, "distribution", None)
-        if is_continuous(distribution):  # sampled like the discrete actions; the env clips to its bounds
+        if is_continuous(distribution):  # the env clips to its bounds
+            if deterministic:
+                return _mode(distribution, logits).float().cpu().numpy()
             return distribution.sample(logits, generator).float().cpu().numpy()
+        if deterministic:
+            return logits.argmax(-1).cpu().numpy()
         return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).cpu().numpy()
 
     def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:
-        """Success and return of sampled actions over ``episodes`` seeded episodes (``rollout.evaluate_policy``)."""
-        generator = torch_generator(seed)
-        return evaluate_policy(make_envs, lambda obs: self.act(obs, generator), episodes, seed, num_envs=num_envs)
+        """Success and return over ``episodes`` seeded episodes (``rollout.evaluate_policy``): sampled actions, or
+        the mode with ``evaluation_deterministic``."""
+        generator, deterministic = torch_generator(seed), self.config.evaluation_deterministic
+        return evaluate_policy(make_envs, lambda obs: self.act(obs, generator, deterministic), episodes, seed,
+                               num_envs=num_envs)
 
     # -- learning -----------------------------------------------------------
     def start(self) -> None:
@@ -294,3 +301,11 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
 
     def close(self) -> None:
         self.collector.envs.close()
+
+
+def _mode(distribution, params: torch.Tensor) -> torch.Tensor:
+    """A continuous distribution's most likely action; one line naming the gap when it has no ``mode``."""
+    if not callable(getattr(distribution, "mode", None)):
+        raise ConfigError(f"evaluation_deterministic=True needs the distribution's mode(params); "
+                          f"{type(distribution).__name__} has none (DiagGaussian has)")
+    return distribution.mode(params)

@@ -236,9 +236,10 @@ class DQNAgent(VectorAgentBase):
 
     # -- evaluation --------------------------------------------------------------------
     def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:
-        """Epsilon-greedy at ``eval_epsilon`` (seeded from ``seed``) over ``episodes`` seeded episodes."""
+        """Epsilon-greedy at ``eval_epsilon`` (greedy with ``evaluation_deterministic``), seeded from ``seed``, over
+        ``episodes`` seeded episodes."""
         actor = EpsilonGreedy(self.q, self.num_actions, seed)
-        actor.epsilon = self.dqn.eval_epsilon
+        actor.epsilon = 0.0 if self.config.evaluation_deterministic else self.dqn.eval_epsilon
         return evaluate_policy(make_envs, lambda obs: actor.select(obs)[0], episodes, seed, num_envs=num_envs)
 
     def summary_fields(self) -> dict:

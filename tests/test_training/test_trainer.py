@@ -135,6 +135,12 @@ def test_cli_eval_of_a_trained_run(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["episodes"] == 3 and 0.0 <= out["success_rate"] <= 1.0
+    greedy = [_cli("eval", "--run-dir", str(tmp_path / "run"), "--episodes", "3", "--deterministic", "--seed", s)
+              for s in ("0", "0")]
+    assert all(g.returncode == 0 for g in greedy), greedy[0].stderr
+    assert json.loads(greedy[0].stdout) == json.loads(greedy[1].stdout)
+    r = _cli("eval", "--task", "minigrid", "--agent", "react", "--backbone", "expert", "--deterministic")
+    assert r.returncode == 2 and "--deterministic is for trained runs" in r.stderr
 
 
 def test_help_documents_every_flag():

@@ -144,8 +144,10 @@ class EchoActor:
 
     # -- evaluation -------------------------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: np.ndarray, generator: torch.Generator, episode_start: np.ndarray | None = None) -> np.ndarray:
-        """Evaluation acting, the way the actors act in training: a sampled plan, then a sampled action.
+    def act(self, obs: np.ndarray, generator: torch.Generator, episode_start: np.ndarray | None = None,
+            deterministic: bool = False) -> np.ndarray:
+        """Evaluation acting, the way the actors act in training: a sampled plan, then a sampled action
+        (``deterministic``: the plan mean and the most likely action).
 
         With ``episode_start`` (True where ``obs`` begins an episode) the actor keeps
         per-env windows of the last k states, as in training. Without it, it cannot
@@ -168,15 +170,19 @@ class EchoActor:
                 wn, mn = self._eval_window.push(obs, episode_start)
                 w, mask = m.tensor(wn), m.tensor(mn)
             plan = m.plan(w, mask)
+        if deterministic:
+            logits, _, _ = m.heads(o, plan, None)
+            return logits.argmax(-1).cpu().numpy()
         logits, _, _ = m.heads(o, plan, m.draw_eps(len(obs), generator))
         return torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).cpu().numpy()
 
-    def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:
+    def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8,
+                 deterministic: bool = False) -> dict[str, float]:
         """``rollout.evaluate_policy`` with episode starts passed to :meth:`act` (for the plan windows)."""
         generator = torch_generator(seed)
         self._eval_window = None
         try:
-            return evaluate_policy(make_envs, lambda obs, start: self.act(obs, generator, start), episodes, seed,
-                                   num_envs=num_envs, episode_starts=True)
+            return evaluate_policy(make_envs, lambda obs, start: self.act(obs, generator, start, deterministic),
+                                   episodes, seed, num_envs=num_envs, episode_starts=True)
         finally:
             self._eval_window = None

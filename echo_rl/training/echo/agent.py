@@ -189,7 +189,7 @@ class EchoAgent(ModularAgent, VectorAgentBase):
         return self.actor.act(obs, generator, episode_start)
 
     def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:
-        return self.actor.evaluate(make_envs, episodes, seed, num_envs)
+        return self.actor.evaluate(make_envs, episodes, seed, num_envs, self.config.evaluation_deterministic)
 
     # -- learning -------------------------------------------------------------------------------
     def start(self) -> None:
