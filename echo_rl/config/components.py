@@ -161,7 +161,8 @@ class EchoAgentConfig(ConfigBase):
     plan_pass: str = spec("minibatch", help="where the plan encoder and world model learn: minibatch (in every "
                           "PPO minibatch; the policy reads the current encoder's plan) or rollout (one pass per "
                           "rollout over whole-env chunks, each state embedded once; the policy reads the plans it "
-                          "acted with)", choices=("minibatch", "rollout"))
+                          "acted with: 1.7x faster, learning not shown to hold, docs/benchmarks.md)",
+                          choices=("minibatch", "rollout"))
 
 
 @dataclass
