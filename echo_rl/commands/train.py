@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
 
 
-# fields a resumed run may change: how long it trains, never what it is
-RESUMABLE_SETS = frozenset({"lm_config.max_updates"})
+# fields a resumed run may change: how long it trains and how many checkpoints it keeps, never what it is
+RESUMABLE_SETS = frozenset({"lm_config.max_updates", "keep_checkpoints"})
 
 
 def build_config(args: argparse.Namespace) -> TrainingConfig:
@@ -74,8 +74,8 @@ def build_config(args: argparse.Namespace) -> TrainingConfig:
         extra = sorted(set(given) - {"total_timesteps"}) + (["--config"] if args.config else []) + \
             sorted(f"--set {key}" for key in budget - RESUMABLE_SETS)
         if extra:
-            raise ConfigError(f"--resume continues the saved config; only the budget may change (--timesteps, "
-                              f"--set lm_config.max_updates), got {', '.join(extra)}")
+            raise ConfigError(f"--resume continues the saved config; only the budget (--timesteps, --set "
+                              f"lm_config.max_updates) and --set keep_checkpoints may change, got {', '.join(extra)}")
         from echo_rl.training.run_dir import RunDirectory
 
         config = RunDirectory.config_of(args.run_dir)

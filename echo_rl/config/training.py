@@ -43,6 +43,9 @@ class TrainingConfig(ConfigBase):
                                                       "(argmax action, the Gaussian's mean, EchoRL's plan mean; "
                                                       "DQN: greedy), as SB3's deterministic=True")
     save_frequency: int = spec(50_000, help="env steps between checkpoints (0: only at the end)", min=0)
+    keep_checkpoints: int = spec(3, help="newest checkpoints a run directory keeps (older ones are deleted after "
+                                         "each save; with 1 an unreadable newest one leaves nothing to fall back "
+                                         "to); a 135M-parameter LM run's checkpoint is ~1.6 GB", min=1)
     num_actors: int = spec(8, help="parallel environments / actors", min=1)
     vector_env: str = spec("sync", help="step the actors' envs in this process (sync) or in worker processes "
                                         "(async: gymnasium AsyncVectorEnv; pays off when env steps dominate)",

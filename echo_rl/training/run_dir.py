@@ -63,8 +63,6 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 class RunDirectory:
-    KEEP_CHECKPOINTS = 3
-
     def __init__(self, path: str | os.PathLike, config: TrainingConfig):
         self.path = Path(path)
         self.config = config
@@ -120,7 +118,7 @@ class RunDirectory:
             kept = self.latest_checkpoint()
             raise ConfigError(f"cannot write a checkpoint in {self.checkpoint_dir}: {reason}; "
                               + (f"{kept.name} is kept" if kept else "no earlier checkpoint")) from None
-        for old in sorted(self.checkpoint_dir.glob("step_*"))[: -self.KEEP_CHECKPOINTS]:
+        for old in sorted(self.checkpoint_dir.glob("step_*"))[: -self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 

@@ -304,7 +304,8 @@ def test_echo_agent_rollout_state_through_the_codec_is_exact(tmp_path):
 
 
 def test_resume_may_change_the_budget_only(tmp_path):
-    """--timesteps and lm_config.max_updates extend a run; any other change is one line naming it."""
+    """--timesteps and lm_config.max_updates extend a run, keep_checkpoints frees disk; any other change is one
+    line naming it."""
     from echo_rl.cli import build_parser
     from echo_rl.commands.train import build_config
     from echo_rl.config import ConfigError
@@ -314,10 +315,11 @@ def test_resume_may_change_the_budget_only(tmp_path):
     TrainingConfig(env_name="minigrid", backbone="tiny", lm_config={"max_updates": 12}).save_yaml(run / "config.yaml")
     parse = build_parser().parse_args
     cfg = build_config(parse(["train", "--resume", "--run-dir", str(run), "--timesteps", "999",
-                              "--set", "lm_config.max_updates=24"]))
+                              "--set", "lm_config.max_updates=24", "--set", "keep_checkpoints=1"]))
     assert cfg.total_timesteps == 999 and cfg.lm_config.max_updates == 24 and cfg.backbone == "tiny"
+    assert cfg.keep_checkpoints == 1
     for bad in (["--set", "lm_config.learning_rate=1"], ["--seed", "3"]):
-        with pytest.raises(ConfigError, match="only the budget may change") as err:
+        with pytest.raises(ConfigError, match="only the budget .* may change") as err:
             build_config(parse(["train", "--resume", "--run-dir", str(run), *bad]))
         assert "\n" not in str(err.value) and ("lm_config.learning_rate" in str(err.value) or "seed" in str(err.value))
 
@@ -340,3 +342,13 @@ def test_a_checkpoint_write_that_fails_midway_is_one_line_and_keeps_the_last_one
     assert "\n" not in str(err.value) and f"{first.name} is kept" in str(err.value) and "MiB free" in str(err.value)
     assert [p.name for p in run.checkpoint_dir.iterdir() if p.name.startswith(".tmp")] == []
     assert run.latest_checkpoint() == first
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_a_run_keeps_its_newest_keep_checkpoints(tmp_path, keep):
+    run = RunDirectory(tmp_path / "run", TrainingConfig(env_name="minigrid", keep_checkpoints=keep))
+    run.create()
+    for step in range(8, 48, 8):
+        run.save_checkpoint(step, {"w": torch.full((2,), float(step))}, None)
+    assert [p.name for p in run.checkpoints()] == [f"step_{s:012d}" for s in (40, 32, 24)[:keep]]
+    assert float(run.load_checkpoint(run.latest_checkpoint())[0]["state"]["w"][0]) == 40.0
