@@ -274,7 +274,6 @@ class EchoRLBenchmark:
             record["episodes"] = episodes_to_dicts(outcome.episodes)
         return record
 
-
     def _too_many_errors(self, outcome) -> str | None:
         """The failure reason when more than ``max_episode_error_fraction`` of the cell's episodes errored."""
         errors = int((outcome.notes or {}).get("num_episode_errors", 0))
