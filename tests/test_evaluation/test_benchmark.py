@@ -153,8 +153,8 @@ def test_cell_with_too_many_errored_episodes_fails(tmp_path, errors, limit, stat
     rec = CellStore(summary["output_dir"]).records()[0]
     assert rec["status"] == status and summary[status] == 1
     if status == "failed":
-        assert rec["reason"] == (f"2 of 4 episodes errored, more than max_episode_error_fraction=0.25 "
-                                 f"(first: OSError: backbone went away)")
+        assert rec["reason"] == ("2 of 4 episodes errored, more than max_episode_error_fraction=0.25 "
+                                 "(first: OSError: backbone went away)")
         assert len(rec["episodes"]) == 4 and "metrics" not in rec
     else:
         assert rec["metrics"]["success_at_1"] == (4 - errors) / 4

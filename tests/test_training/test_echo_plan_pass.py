@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from echo_rl.config import ConfigError
-from echo_rl.planning import consecutive_plan_kl
 
 from test_echo_agent import make_agent
 
