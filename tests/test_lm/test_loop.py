@@ -175,7 +175,7 @@ def test_eval_command_on_a_text_run(checkpoint, tmp_path):
     cfg = _cfg(checkpoint, total_timesteps=100, **{"lm_config.max_updates": 1, "lm_config.sft_episodes": 0})
     run = tmp_path / "run"
     trained = asyncio.run(EchoRLTrainer(cfg, run, show_progress=False).train())
-    out = _eval_run(argparse.Namespace(run_dir=str(run), seed=None, episodes=1))
+    out = _eval_run(argparse.Namespace(run_dir=str(run), seed=None, episodes=1, deterministic=False))
     assert out["episodes"] == 1.0 and out["checkpoint"].startswith("step_")
     assert out["heldout_env_ce"] == pytest.approx(trained.evaluation_results["heldout_env_ce"], abs=1e-6)
 
