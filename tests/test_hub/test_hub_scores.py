@@ -163,16 +163,19 @@ def test_studies_feed_the_plots(tmp_path):
     assert set(se["aggregates"]) == {"impala"} and not se["learning_curves"]  # the only complete method
 
 
-def test_intrinsic_study_per_cell_table_and_aggregates():
-    """The intrinsic-reward study: the per-cell table and the IQM of steps to 0.9 follow from the hub's cells."""
-    study = scores.load("intrinsic-multiroom-n2-s4")
-    rows = _table_after("| method | seed 0 |")
+@pytest.mark.parametrize("name, nth", [("intrinsic-multiroom-n2-s4", 0), ("intrinsic-multiroom-n4-s5", 1)])
+def test_intrinsic_study_per_cell_table_and_aggregates(name, nth):
+    """The intrinsic-reward studies: the per-cell tables and the IQM of steps to 0.9 follow from the hub's cells."""
+    study = scores.load(name)
+    rows = _table_after("| method | seed 0 |", nth)
     assert [r[0] for r in rows] == study.methods
     for method, *cells in rows:
         steps = study.scores(method, "steps_to_0.9")[:, 0]
         succ = study.scores(method, "success_at_last_eval")[:, 0]
         assert cells == [f"{int(s) // 1000}k" if np.isnan(f) else f"{f:.2f}" for s, f in zip(steps, succ)]
-    for method, seeds, reached, _succ, steps_iqm, _time in _table_after("| method | seeds | reached 0.9 |"):
+    aggregates = _table_after("| method | seeds | reached 0.9 |", nth)
+    assert [r[0] for r in aggregates] == study.methods
+    for method, seeds, reached, _succ, steps_iqm, _time in aggregates:
         mat = study.scores(method, "steps_to_0.9")
         assert int(seeds) == mat.shape[0] and reached == f"{int(np.isnan(study.scores(method, 'success_at_last_eval')).sum())}/5"
         assert f"{aggregate_iqm(mat):,.0f}" == steps_iqm.split(" [")[0]
