@@ -1,6 +1,5 @@
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
