@@ -102,10 +102,13 @@ class MiniGridCNN(nn.Module):
 
 
 def image_layout(obs_shape: tuple) -> tuple[int, int, int, bool]:
-    """(channels, height, width, channels_last) of an image observation shape (HWC or CHW)."""
+    """(channels, height, width, channels_last) of an image observation shape (HWC or CHW).
+
+    Channels are the short axis: (84, 84, 9) is three stacked RGB frames channels-last, (4, 84, 84) four
+    stacked grey frames channels-first."""
     if len(obs_shape) != 3:
         raise ValueError(f"a pixel encoder needs image observations (H, W, C) or (C, H, W), got shape {obs_shape}")
-    if obs_shape[-1] <= 4 < obs_shape[0]:
+    if obs_shape[-1] < obs_shape[0]:
         h, w, c = obs_shape
         return c, h, w, True
     c, h, w = obs_shape

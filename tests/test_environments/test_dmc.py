@@ -142,3 +142,68 @@ def test_ppo_trains_on_a_dmc_task_and_resumes_bit_exactly(tmp_path):
         assert all(torch.equal(v, weights[k]) for k, v in resumed.network.state_dict().items())
 
     cut_and_resume(config, tmp_path / "run", 1, 2, check)
+
+
+def pixels_or_skip(task: str, n: int = 1, **options):
+    try:
+        return make_vector_env(task, n, **options)
+    except ConfigError as exc:
+        from echo_rl.environments.dmc import GL_HINT
+
+        assert str(exc).startswith(GL_HINT)
+        pytest.skip("no headless OpenGL here")
+
+
+def test_stacked_frames_slide_and_resume_mid_episode():
+    needs_dm_control()
+    envs = pixels_or_skip("dmc-pixels:cartpole-swingup", 1, height=32, width=32, frame_stack=3, action_repeat=8)
+    try:
+        assert envs.single_observation_space.shape == (32, 32, 9)
+        obs, _ = envs.reset(seed=[0])
+        first = obs[0, :, :, :3]
+        assert all(np.array_equal(obs[0, :, :, 3 * i:3 * i + 3], first) for i in range(3))  # a reset repeats frame 1
+        rng = np.random.default_rng(0)
+        frames = [obs]
+        for _ in range(3):
+            frames.append(envs.step(rng.uniform(-1, 1, (1, 1)))[0])
+        newest, previous = frames[-1][0], frames[-2][0]
+        assert np.array_equal(newest[:, :, :6], previous[:, :, 3:])  # oldest first: the window slides by one frame
+        assert not np.array_equal(newest[:, :, 6:], previous[:, :, 6:])
+        restored = restore_vector_env(snapshot_vector_env(envs))
+        try:
+            action = rng.uniform(-1, 1, (1, 1))
+            assert np.array_equal(envs.step(action)[0], restored.step(action)[0])  # the stack travels in snapshots
+        finally:
+            restored.close()
+    finally:
+        envs.close()
+
+
+def test_fast_render_quality_is_close_to_the_suites_frames():
+    needs_dm_control()
+    suite_envs = pixels_or_skip("dmc-pixels:cartpole-swingup", 1, height=48, width=48)
+    fast_envs = pixels_or_skip("dmc-pixels:cartpole-swingup", 1, height=48, width=48, render_quality="fast")
+    try:
+        a, b = suite_envs.reset(seed=[0])[0].astype(int), fast_envs.reset(seed=[0])[0].astype(int)
+        assert 0 < np.abs(a - b).mean() < 8  # no shadows or reflections: different frames, the same scene
+    finally:
+        suite_envs.close()
+        fast_envs.close()
+
+
+def test_bad_pixel_options_are_one_line():
+    needs_dm_control()
+    with pytest.raises(ConfigError, match=r"^env_config render_quality='best' is invalid: allowed: suite, fast$"):
+        make_vector_env("dmc-pixels:cartpole-swingup", 1, render_quality="best")
+    with pytest.raises(ConfigError, match=r"^env_config frame_stack=0 is invalid: must be an int >= 1$"):
+        make_vector_env("dmc-pixels:cartpole-swingup", 1, frame_stack=0)
+    with pytest.raises(ConfigError, match=r"frame_stack=3 is invalid for dmc:cartpole-swingup: only dmc-pixels"):
+        make_vector_env("dmc:cartpole-swingup", 1, frame_stack=3)
+
+
+@pytest.mark.parametrize("shape, layout", [((84, 84, 9), (9, 84, 84, True)), ((56, 56, 3), (3, 56, 56, True)),
+                                           ((4, 84, 84), (4, 84, 84, False)), ((3, 64, 48), (3, 64, 48, False))])
+def test_image_layout_takes_the_short_axis_as_channels(shape, layout):
+    from echo_rl.models.encoders import image_layout
+
+    assert image_layout(shape) == layout
