@@ -75,6 +75,11 @@ METHODS = {
 # running-std normalisation): the hard-exploration study in docs/results.md. Not in the default run.
 INTRINSIC = ("rnd", "pseudo_counts", "e3b", "ngu", "icm", "re3", "ride")
 METHODS.update({f"ppo+{name}": ("ppo", {"intrinsic_reward": name}) for name in INTRINSIC})
+# PPO fine-tuned on the task reward from a PPO pre-trained on that intrinsic reward alone (RLLTE's
+# pretraining, then init_from: weights only, a fresh optimiser and LR schedule). The cell's budget and
+# curve count fine-tuning steps; the pre-training steps (--pretrain-steps) are recorded beside them.
+PRETRAINED = {f"ppo/pretrained+{name}": name for name in INTRINSIC}
+METHODS.update({method: ("ppo", {}) for method in PRETRAINED})
 DEFAULT_METHODS = [m for m in METHODS if "+" not in m]
 
 
@@ -150,11 +155,33 @@ def build_config(method: str, env: str, seed: int, total_steps: int):
     return cfg.with_overrides({**SHARED, **extra})
 
 
+def pretrain(name: str, env: str, seed: int, steps: int) -> tuple[dict, dict]:
+    """PPO trained ``steps`` env steps on intrinsic reward ``name`` alone: its network weights, and what to record."""
+    import torch
+
+    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.training.agents import agent_class
+
+    cfg = build_config(f"ppo+{name}", env, seed, steps).with_overrides({"pretraining": True})
+    t0 = time.perf_counter()
+    agent = agent_class(cfg.agent)(cfg, make_vector_env(cfg.env_name, cfg.num_actors), torch.device("cpu"))
+    try:
+        while agent.env_steps < steps:
+            agent.train_iteration()
+        weights = {k: v.clone() for k, v in agent.network.state_dict().items()}
+        done = agent.env_steps
+    finally:
+        agent.close()
+    return weights, {"pretrain_reward": name, "pretrain_steps": done, **intrinsic_source(name),
+                     "pretrain_wall_s": round(time.perf_counter() - t0, 1)}
+
+
 def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int, eval_episodes: int,
-             out: str, early_stop: int = 0, threshold: float = 0.9) -> dict:
+             out: str, early_stop: int = 0, threshold: float = 0.9, pretrain_steps: int = 250_000) -> dict:
     """Train one cell; evaluate on fixed seeds every ``eval_every`` steps; write its JSON.
 
     ``early_stop`` > 0 ends the cell after that many consecutive evaluations >= ``threshold``.
+    A ``ppo/pretrained+<reward>`` cell first pre-trains ``pretrain_steps`` on that reward alone.
     """
     import torch
 
@@ -166,8 +193,14 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
     meta = {"method": method, "env": env, "seed": seed, "total_steps": total_steps, "git_commit": code_commit(),
             **agent_source(cfg.agent), **intrinsic_source(cfg.intrinsic_reward), "early_stop": early_stop, "threshold": threshold,
             "eval_every": eval_every, "eval_episodes": eval_episodes}
+    weights = None
+    if method in PRETRAINED:
+        weights, pre = pretrain(PRETRAINED[method], env, seed, pretrain_steps)
+        meta.update(pre)
     envs = make_vector_env(cfg.env_name, cfg.num_actors)
     agent = agent_class(cfg.agent)(cfg, envs, torch.device("cpu"))
+    if weights is not None:
+        agent.network.load_state_dict(weights)  # what init_from loads: the weights, not the optimiser
     make = lambda n: make_vector_env(cfg.env_name, n)  # noqa: E731
     eval_seed = 1_000_000 + seed
 
@@ -507,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--early-stop", type=int, default=0, metavar="K",
                    help="end a cell after K consecutive evaluations >= 0.9 (0: never)")
     r.add_argument("--workers", type=int, default=1, help="cells trained in parallel (one core each)")
+    r.add_argument("--pretrain-steps", type=int, default=250_000,
+                   help="intrinsic-only pre-training of the ppo/pretrained+<reward> cells (not in their budget)")
     r.add_argument("--reps", type=int, default=50_000, help="bootstrap resamples")
     p = sub.add_parser("report", help="aggregate the finished cells")
     p.add_argument("--out", default="runs/sample_efficiency")
@@ -565,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
             build_config(m, args.envs[0], 0, args.total_steps)
         if args.early_stop < 0:
             raise ConfigError(f"--early-stop={args.early_stop} is invalid: must be >= 0")
+        if args.pretrain_steps < 1:
+            raise ConfigError(f"--pretrain-steps={args.pretrain_steps} is invalid: must be >= 1")
     except (ConfigError, ValueError) as exc:
         print(f"sample_efficiency: error: {exc}", file=sys.stderr)
         return 2
@@ -572,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (out / "cells" / f"{cell_name(m, e, s)}.json").exists()]
     print(f"{len(todo)} cells to train -> {out} (commit {code_commit()})", flush=True)
     job = dict(eval_every=args.eval_every, eval_episodes=args.eval_episodes, out=str(out),
-               early_stop=args.early_stop)
+               early_stop=args.early_stop, pretrain_steps=args.pretrain_steps)
     if args.workers <= 1:
         for m, e, s in todo:
             run_cell(m, e, s, total_steps=budgets[e], **job)

@@ -110,6 +110,28 @@ def test_intrinsic_methods_are_ppo_with_the_module_and_record_its_source(se, tmp
     assert (tmp_path / "cells" / "ppo+rnd__MiniGrid-Empty-5x5-v0__0.json").exists()
 
 
+def test_pretrained_cells_pretrain_on_the_bonus_alone_then_start_from_those_weights(se, tmp_path, monkeypatch):
+    import torch
+
+    assert not any(m in se.DEFAULT_METHODS for m in se.PRETRAINED)
+    fine = se.build_config("ppo/pretrained+re3", "MiniGrid-Empty-5x5-v0", 0, 4096)
+    assert (fine.agent, fine.intrinsic_reward, fine.pretraining) == ("ppo", None, False)  # fine-tuning: task reward
+    fresh = se._agent("ppo", "MiniGrid-Empty-5x5-v0", 0).network.state_dict()
+    weights, meta = se.pretrain("re3", "MiniGrid-Empty-5x5-v0", 0, 2048)
+    assert meta["pretrain_steps"] == 2048 and meta["intrinsic_file"] == "echo_rl/intrinsic/re3.py"
+    assert any(not torch.equal(weights[k], fresh[k]) for k in fresh)  # pre-training moved them
+    pretrained, loaded = [], []
+    real_pretrain, real_load = se.pretrain, torch.nn.Module.load_state_dict
+    monkeypatch.setattr(se, "pretrain", lambda *a: pretrained.append(real_pretrain(*a)) or pretrained[-1])
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict",
+                        lambda self, sd, *a, **k: loaded.append(sd) or real_load(self, sd, *a, **k))
+    res = se.run_cell("ppo/pretrained+re3", "MiniGrid-Empty-5x5-v0", 0, total_steps=2048, eval_every=2048,
+                      eval_episodes=2, out=str(tmp_path), pretrain_steps=2048)
+    assert loaded[0] is pretrained[0][0]  # the fine-tuning network started from the pre-trained weights
+    assert (res["pretrain_reward"], res["pretrain_steps"], res["total_steps"]) == ("re3", 2048, 2048)
+    assert (tmp_path / "cells" / "ppo+pretrained+re3__MiniGrid-Empty-5x5-v0__0.json").exists()
+
+
 def test_speed_times_every_method_and_names_parts_still_idle(se, capsys):
     rates = se.speed(["ppo", "echo-rl"], "MiniGrid-Empty-5x5-v0", 0, iterations=1, max_warmup=1)
     assert set(rates) == {"ppo", "echo-rl"} and all(r > 0 for r in rates.values())
