@@ -219,6 +219,22 @@ def test_pixels_and_pretraining_tables():
         assert final == f"{study.scores(method)[i, 2]:.3f}" and values[i, -1] == study.scores(method, "final_eval_success")[i, 2]
 
 
+def test_dmc_pixels_per_seed_returns():
+    """The DMC-from-pixels table: each seed's start return and evaluations from the hub, and the states anchor."""
+    study = scores.load("ppo-dmc-pixels")
+    for method, header in (("ppo/nature_cnn", "| seed | return at start (first 1,024 steps), pixels"),
+                           ("ppo/states", "| seed | return at start (first 1,024 steps), states")):
+        rows = _table_after(header)
+        evals = study.method(method)["evaluations"]["cartpole-balance"]
+        start, final = study.scores(method, "start_return")[:, 0], study.scores(method)[:, 0]
+        mean_action = study.scores(method, "mean_action_return")[:, 0]
+        assert [int(r[0]) for r in rows] == study.seeds(method)
+        for i, (_seed, start_cell, curve, mean_action_cell, _wall) in enumerate(rows):
+            assert float(start_cell) == round(start[i], 1) and float(mean_action_cell) == round(mean_action[i], 1)
+            assert [float(v) for v in curve.split(" / ")] == [round(v, 1) for v in evals["values"][i]]
+            assert round(final[i], 1) == float(curve.split(" / ")[-1])
+
+
 def test_real_model_study_per_seed_tables():
     """Both tables of "The real model trained" (MiniGrid-as-text, CRUXEval-I): every row is a hub cell, exactly
     (successes as k/64), and every hub cell is a row."""
