@@ -159,14 +159,6 @@ def test_stacked_frames_slide_and_resume_mid_episode():
     envs = pixels_or_skip("dmc-pixels:cartpole-swingup", 1, height=32, width=32, frame_stack=3, action_repeat=8)
     try:
         assert envs.single_observation_space.shape == (32, 32, 9)
-        from echo_rl.environments.gym_vector import make_gym_env
-
-        single = make_gym_env("dmc-pixels:cartpole-swingup", height=48, width=48, frame_stack=3, render_quality="fast")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*different from the unwrapped version")
-            check_env(single.unwrapped, skip_render_check=True, skip_close_check=True)
-            check_env(single, skip_render_check=True, skip_close_check=True)
-        single.close()
         obs, _ = envs.reset(seed=[0])
         first = obs[0, :, :, :3]
         assert all(np.array_equal(obs[0, :, :, 3 * i:3 * i + 3], first) for i in range(3))  # a reset repeats frame 1
@@ -185,6 +177,21 @@ def test_stacked_frames_slide_and_resume_mid_episode():
             restored.close()
     finally:
         envs.close()
+
+
+def test_stacked_fast_pixels_pass_gymnasiums_checker():
+    needs_dm_control()
+    pixels_or_skip("dmc-pixels:cartpole-swingup", 1, height=48, width=48).close()
+    from echo_rl.environments.gym_vector import make_gym_env
+
+    env = make_gym_env("dmc-pixels:cartpole-swingup", height=48, width=48, frame_stack=3, render_quality="fast")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped version")
+        check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
+        check_env(env, skip_render_check=True, skip_close_check=True)
+    assert env.observation_space.shape == (48, 48, 9) and env.observation_space.dtype == np.uint8
+    env.close()
 
 
 def test_fast_render_quality_is_close_to_the_suites_frames():
