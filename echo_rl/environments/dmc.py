@@ -108,7 +108,7 @@ class DMCEnv(gym.Env):
         o = self.options
         domain, task = split_name(o["name"])
         self._env = suite.load(domain, task)
-        if o.get("render_quality") == "fast":
+        if o["render_quality"] == "fast":
             model = self._env.physics.model
             model.vis.quality.offsamples = 0
             model.light_castshadow[:] = 0
@@ -117,7 +117,7 @@ class DMCEnv(gym.Env):
         self.action_space = gym.spaces.Box(spec.minimum.astype(np.float32), spec.maximum.astype(np.float32),
                                            dtype=np.float32)
         if o["pixels"]:
-            shape = (o["height"], o["width"], 3 * o.get("frame_stack", 1))
+            shape = (o["height"], o["width"], 3 * o["frame_stack"])
             self.observation_space = gym.spaces.Box(0, 255, shape, dtype=np.uint8)
         else:
             dim = sum(_flat_dim(s) for s in self._env.observation_spec().values())
@@ -126,7 +126,7 @@ class DMCEnv(gym.Env):
     # -- gymnasium ----------------------------------------------------------------
     def _obs(self, timestep, first: bool = False) -> np.ndarray:
         if self.options["pixels"]:
-            frame, k = self._frame(), self.options.get("frame_stack", 1)
+            frame, k = self._frame(), self.options["frame_stack"]
             if k == 1:
                 return frame
             self._frames = [frame] * k if first else [*self._frames[1:], frame]
@@ -185,6 +185,8 @@ class DMCEnv(gym.Env):
         import mujoco
 
         dmc = state.pop("_dmc")
+        state["options"] = {"frame_stack": 1, "render_quality": "suite", **state["options"]}  # older snapshots
+        state.setdefault("_frames", [])
         self.__dict__.update(state)
         self._build()
         self._env.reset()  # builds the episode's task state; then the saved physics replaces its draws
