@@ -264,8 +264,8 @@ def split_commands(script: str) -> list[str]:
         text = "\n".join(chunk)
         if text.rstrip().endswith("\\"):
             continue
-        ok = subprocess.run(["bash", "-n"], input=text.encode(), capture_output=True).returncode == 0
-        if ok:
+        check = subprocess.run(["bash", "-n"], input=text.encode(), capture_output=True)
+        if check.returncode == 0 and b"here-document" not in check.stderr:  # bash only warns on an open heredoc
             commands.append(text)
             chunk = []
     if chunk:
