@@ -165,6 +165,7 @@ def load_queries(data_dir: Path, file_systems: tuple[str, ...]) -> list[tuple[st
         if fs not in FILE_SYSTEMS:
             raise ConfigError(f"file system {fs!r} is invalid: allowed: {', '.join(FILE_SYSTEMS)} (3 is upstream's "
                               f"held-out set and is not used)")
+    for fs in file_systems:
         path = data_dir / f"nl2bash_fs_{fs}.json"
         try:
             rows = json.loads(path.read_text())
@@ -203,12 +204,15 @@ class InterCodeBashEnvironment(TerminalEnvironment):
         config = make_config(InterCodeConfig, config, overrides)
         data_dir = resolve_data_dir(config.data_dir, "intercode_bash", "ECHO_RL_INTERCODE_BASH_DIR", HOW_TO_GET)
         fss = tuple(s.strip() for s in config.file_systems.split(",") if s.strip())
+        if not fss:
+            raise ConfigError(f"file_systems={config.file_systems!r} is invalid: name some of {', '.join(FILE_SYSTEMS)}")
+        queries = load_queries(data_dir, fss)  # checks the names first: 3 is refused before any file is read
         setups = {fs: setup_script(data_dir, fs) for fs in fss}
         limits = Limits(command_timeout=config.command_timeout, output_chars=OUTPUT_CHARS)
         tasks = [TerminalTask(name=f"fs{fs}-{i:03d}", instruction=row["query"] + "\n", setup=setups[fs], tests={},
                               solution=row["gold"] + "\n", workdir="/", cwd="/", limits=limits,
                               max_turns=config.max_steps, metadata={"file_system": fs, "gold": row["gold"]})
-                 for fs, i, row in load_queries(data_dir, fss)]
+                 for fs, i, row in queries]
         self.intercode_config = config
         super().__init__(TerminalConfig(max_steps=config.max_steps, work_root=config.work_root), render_mode,
                          tasks=tasks)
