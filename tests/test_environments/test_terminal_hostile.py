@@ -20,7 +20,6 @@ import pytest
 from echo_rl.environments.sandbox import SandboxUnavailable
 from echo_rl.environments.terminal.env import TerminalEnvironment
 from echo_rl.environments.terminal.generator import build_task
-from echo_rl.environments.terminal.shell import ShellSession
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +206,6 @@ def test_a_session_left_open_dies_with_its_owner(tmp_path):
               "os.geteuid() == 0 and os.chown(d, s.uid, s.uid)\n"
               "s.run('nohup setsid sleep 555.8765 >/dev/null 2>&1 &')\nos._exit(0)\n")
     try:
-        ShellSession  # noqa: B018 - imported for the child
         subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     except subprocess.CalledProcessError:
         pytest.skip("could not start a shell from a child interpreter")

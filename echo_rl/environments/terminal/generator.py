@@ -94,7 +94,8 @@ def move_error_log(rng: random.Random) -> Spec:
     logs[error] = _lines(rng, 3)
     return ("The folder logs/ holds exactly one file whose name starts with 'error'. Move it into the current "
             "directory under the name errors.log.", [_write(p, c) for p, c in sorted(logs.items())],
-            _same("errors.log", "expected") + "ls logs/error* >/dev/null 2>&1 && fail 'the error log is still in logs/'\n",
+            _same("errors.log", "expected")
+            + "ls logs/error* >/dev/null 2>&1 && fail 'the error log is still in logs/'\n",
             {"expected": logs[error]}, ["ls logs", "mv logs/error-* errors.log"])
 
 

@@ -61,7 +61,8 @@ FILE_SYSTEMS = ("1", "2", "4")  # 3 is upstream's held-out set: deliberately abs
 #: upstream's docker.gitignore: folders whose changes do not count (plus this sandbox's own mount points)
 IGNORED = {"bin", "boot", "dev", "etc", "home", "lib", "media", "opt", "proc", "root", "run", "sbin", "srv", "sys",
            "usr", "var", "lib32", "lib64", "libx32", ".dockerenv"}
-HOW_TO_GET = ("get nl2bash_fs_{1,2,4}.json and setup_nl2b_fs_{1,2,4}.sh from https://github.com/princeton-nlp/intercode "
+HOW_TO_GET = ("get nl2bash_fs_{1,2,4}.json and setup_nl2b_fs_{1,2,4}.sh from "
+              "https://github.com/princeton-nlp/intercode "
               "(data/nl2bash/ and docker/bash_scripts/) into <data_dir>")
 OUTPUT_CHARS = 20_000
 
@@ -172,7 +173,8 @@ def load_queries(data_dir: Path, file_systems: tuple[str, ...]) -> list[tuple[st
             assert isinstance(rows, list) and all(isinstance(r.get("query"), str) and isinstance(r.get("gold"), str)
                                                   for r in rows)
         except (OSError, ValueError, AssertionError, AttributeError):
-            raise ConfigError(f"{path} is missing or malformed (a JSON list of {{query, gold}}); {HOW_TO_GET}") from None
+            raise ConfigError(f"{path} is missing or malformed (a JSON list of {{query, gold}}); "
+                              f"{HOW_TO_GET}") from None
         out += [(fs, i, row) for i, row in enumerate(rows)]
     return out
 
@@ -205,7 +207,8 @@ class InterCodeBashEnvironment(TerminalEnvironment):
         data_dir = resolve_data_dir(config.data_dir, "intercode_bash", "ECHO_RL_INTERCODE_BASH_DIR", HOW_TO_GET)
         fss = tuple(s.strip() for s in config.file_systems.split(",") if s.strip())
         if not fss:
-            raise ConfigError(f"file_systems={config.file_systems!r} is invalid: name some of {', '.join(FILE_SYSTEMS)}")
+            raise ConfigError(f"file_systems={config.file_systems!r} is invalid: name some of "
+                              f"{', '.join(FILE_SYSTEMS)}")
         queries = load_queries(data_dir, fss)  # checks the names first: 3 is refused before any file is read
         setups = {fs: setup_script(data_dir, fs) for fs in fss}
         limits = Limits(command_timeout=config.command_timeout, output_chars=OUTPUT_CHARS)

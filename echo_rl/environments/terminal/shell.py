@@ -347,8 +347,8 @@ def run_script(script: str, uid: int, binds: list[tuple[str, str, bool]], cwd: s
     Returns (exit status, or None on timeout; output, cut to ``limits.output_chars``).
     Everything the script started is killed when it returns.
     """
-    box = _Sandbox(["/usr/bin/bash", "--noprofile", "--norc", "-c", CD + script, "bash", cwd], uid, binds, dict(env or {}),
-                   limits, stdin=False)
+    box = _Sandbox(["/usr/bin/bash", "--noprofile", "--norc", "-c", CD + script, "bash", cwd], uid, binds,
+                   dict(env or {}), limits, stdin=False)
     try:
         assert box.proc.stdout is not None
         raw, extra, why = _read_until(box.proc.stdout.fileno(), time.monotonic() + timeout, limits.output_bytes,

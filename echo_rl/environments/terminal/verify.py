@@ -124,6 +124,10 @@ def copy_workdir(src: Path, dest: Path, mount: str, uid: int | None) -> list[str
             with os.fdopen(fd, "rb") as fin, open(target, "wb") as fout:
                 shutil.copyfileobj(fin, fout)
             os.chmod(target, stat.S_IMODE(mode) | 0o600)
+        else:
+            return
+        st = entry.stat(follow_symlinks=False)  # times kept: verifiers and queries may test them (find -mtime)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
 
     walk(src, dest)
     resolver = _Resolver(dest, mount)
