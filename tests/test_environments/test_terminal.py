@@ -41,7 +41,7 @@ def shell(sandbox_ok, tmp_path):
     work.mkdir()
     if os.geteuid() == 0:
         os.chown(work, uid, uid)
-    with ShellSession(work, limits=Limits(command_timeout=3, output_chars=200), uid=uid) as s:
+    with ShellSession(work, limits=Limits(command_timeout=1.5, output_chars=200), uid=uid) as s:
         yield s
 
 
@@ -74,7 +74,7 @@ def test_output_is_cut_with_a_marker_and_non_utf8_escaped(shell):
 def test_timeout_and_exit_restart_the_shell_but_keep_files(shell):
     shell.run("echo kept > f; cd /tmp; Z=1")
     out = shell.run("sleep 20")
-    assert out.timed_out and out.exit_code is None and "timed out after 3 s" in out.output
+    assert out.timed_out and out.exit_code is None and "timed out after 1.5 s" in out.output
     after = shell.run("pwd; cat /app/f; echo ${Z:-unset}")
     assert after.output == "/app\nkept\nunset\n"
     assert "the shell exited" in shell.run("exit 7").output

@@ -27,7 +27,7 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("episodes")
     os.environ["ECHO_RL_TEST_SECRET"] = "sk-host-secret-987"  # must never reach an episode
     try:
-        e = TerminalEnvironment(tasks=[build_task("write_line", 5)], command_timeout=3.0, work_root=str(root))
+        e = TerminalEnvironment(tasks=[build_task("write_line", 5)], command_timeout=2.0, work_root=str(root))
         try:
             e.reset(seed=0)
         except SandboxUnavailable as exc:
@@ -132,7 +132,7 @@ def test_another_episodes_directory_and_host_secrets_stay_unreadable(env, tmp_pa
     other_dir = other._episode_dir
     try:
         outs, reward, _ = episode(env, f"cat {other_dir}/work/secret.txt; ls {other_dir.parent}",
-                                  "grep -rs top-secret-42 / --exclude-dir=proc | head -3",
+                                  "find / -path /usr -prune -o -path /proc -prune -o -name secret.txt -print",
                                   "env; cat /proc/*/environ 2>&1 | tr '\\0' '\\n'; cat /proc/1/root/etc/shadow")
         text = "".join(outs)
         assert reward == 0.0 and "top-secret-42" not in text and "sk-host-secret-987" not in text
@@ -150,7 +150,7 @@ def test_gigabytes_of_output_are_stopped(env):
 
 def test_sleeping_past_the_timeout_is_stopped(env):
     outs, reward, _ = episode(env, "sleep 30", "echo next")
-    assert "timed out after 3 s" in outs[0] and outs[1] == "next\n" and reward == 0.0
+    assert "timed out after 2 s" in outs[0] and outs[1] == "next\n" and reward == 0.0
 
 
 def test_background_jobs_do_not_outlive_the_episode(env):
