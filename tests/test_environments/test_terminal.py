@@ -216,3 +216,21 @@ def test_reward_file_forms(tmp_path):
     assert read_reward(tmp_path, 1) == 0.25
     (tmp_path / "reward.txt").write_text("nan\n")
     assert read_reward(tmp_path, 0) == 0.0
+
+
+def test_verifier_copy_keeps_times_skips_fifos_and_drops_escaping_links(tmp_path):
+    from echo_rl.environments.terminal.verify import copy_workdir
+
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "old.txt").write_text("x")
+    os.utime(src / "d" / "old.txt", (1_600_000_000, 1_600_000_000))
+    os.mkfifo(src / "pipe")  # reading it would block the host forever
+    os.symlink("d/old.txt", src / "inside")
+    os.symlink("/usr/bin/env", src / "tool")
+    os.symlink("/tests/expected", src / "out")
+    os.symlink("/etc/shadow", src / "host")
+    dropped = copy_workdir(src, tmp_path / "copy", "/app", None)
+    copy = tmp_path / "copy"
+    assert sorted(dropped) == ["host", "out"] and sorted(os.listdir(copy)) == ["d", "inside", "tool"]
+    assert (copy / "d" / "old.txt").stat().st_mtime == 1_600_000_000 and (copy / "inside").read_text() == "x"

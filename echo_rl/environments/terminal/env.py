@@ -106,6 +106,7 @@ class TerminalEnvironment(TextEnvironment):
         if self.config.command_timeout:
             task = with_limits(task, command_timeout=self.config.command_timeout)
         self._task, self._bash_steps, self._command_seconds, self.last_verdict = task, 0, 0.0, None
+        self._last_result_output = ""  # the last command's output, as the shell gave it (InterCode scores it)
         self.max_steps = min(self.config.max_steps, task.max_turns)
         root = self.config.work_root or tempfile.gettempdir()
         os.makedirs(root, exist_ok=True)

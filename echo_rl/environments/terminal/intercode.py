@@ -220,7 +220,6 @@ class InterCodeBashEnvironment(TerminalEnvironment):
         super().__init__(TerminalConfig(max_steps=config.max_steps, work_root=config.work_root), render_mode,
                          tasks=tasks)
         self._before: dict | None = None
-        self._last_output = ""
 
     def _reset_task(self, index: int, options: dict) -> list:
         segments = super()._reset_task(index, options)
@@ -229,7 +228,6 @@ class InterCodeBashEnvironment(TerminalEnvironment):
         copy_workdir(self._episode_dir / "work", self._episode_dir / "start", "/",
                      self._uid if os.geteuid() == 0 else None)
         self._before = snapshot(self._episode_dir / "start")
-        self._last_output = ""
         return segments
 
     def _prepare_root(self, work: Path) -> None:
@@ -242,19 +240,13 @@ class InterCodeBashEnvironment(TerminalEnvironment):
         self._prepare_root(work)
         run_script(task.setup, self._uid, [(str(work), "/", True)], "/", limits=task.limits, timeout=60.0)
 
-    def _step(self, action: str):
-        outcome = super()._step(action)
-        if outcome.extra and "exit_code" in outcome.extra:
-            self._last_output = self._last_result_output
-        return outcome
-
     def _verify(self, answer: str | None) -> Verdict:
         assert self._episode_dir is not None and self._task is not None and self._before is not None
         gold_root, task = self._episode_dir / "start", self._task
         _, gold_output = run_script(task.metadata["gold"], self._uid, [(str(gold_root), "/", True)], "/",
                                     limits=task.limits, timeout=task.limits.command_timeout)
         reward, parts = intercode_reward(self._before, snapshot(self._episode_dir / "work"), snapshot(gold_root),
-                                         self._last_output, gold_output)
+                                         self._last_result_output, gold_output)
         shutil.rmtree(gold_root, ignore_errors=True)
         return Verdict(reward, True, gold_output, [], detail=json.dumps(parts))
 
