@@ -234,3 +234,16 @@ def test_verifier_copy_keeps_times_skips_fifos_and_drops_escaping_links(tmp_path
     copy = tmp_path / "copy"
     assert sorted(dropped) == ["host", "out"] and sorted(os.listdir(copy)) == ["d", "inside", "tool"]
     assert (copy / "d" / "old.txt").stat().st_mtime == 1_600_000_000 and (copy / "inside").read_text() == "x"
+
+
+def test_plain_layout_setup_sh_and_solution_sh(sandbox_ok, tmp_path):
+    root = tmp_path / "sum"
+    (root / "tests").mkdir(parents=True)
+    (root / "instruction.md").write_text("Write the sum of the numbers in nums.txt to sum.txt.\n")
+    (root / "setup.sh").write_text("printf '3\\n4\\n5\\n' > nums.txt\n")
+    (root / "tests" / "test.sh").write_text('[ "$(cat /app/sum.txt)" = 12 ] && echo 1 > /logs/verifier/reward.txt\n')
+    (root / "solution.sh").write_text("#!/bin/bash\nset -e\ncat nums.txt\npaste -sd+ nums.txt | bc > sum.txt\n")
+    env = TerminalEnvironment(task_dir=str(root))
+    assert env.tasks[0].workdir == "/app" and env.tasks[0].max_turns == 16
+    assert run_oracle(env, 0)[0] == 1.0
+    env.close()

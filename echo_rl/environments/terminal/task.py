@@ -12,7 +12,8 @@ A task directory holds:
   ``file_size_mb``, ``workdir`` (where the work directory is mounted, default
   the Dockerfile's last ``WORKDIR``, else ``/app``) and ``cwd`` (the shell's
   start directory, default the work directory);
-- the setup that builds the start file system: ``environment/setup.sh``, or,
+- the setup that builds the start file system: ``environment/setup.sh`` (or
+  ``setup.sh`` beside ``instruction.md``), or,
   Harbor's way, ``environment/Dockerfile`` restricted to a plain file system
   (``FROM`` is ignored because the sandbox's tools are the host's read-only
   ``/usr``; ``WORKDIR``, ``COPY``/``ADD`` of local files, ``RUN`` and ``ENV``
@@ -206,8 +207,9 @@ def load_task(path: str | Path) -> TerminalTask:
         raise TaskError(f"{where}: [environment] docker_image={environment['docker_image']!r} cannot run here: "
                         f"terminal tasks run in a bubblewrap sandbox over the host's /usr, not in Docker images")
     context = root / "environment"
-    if (context / "setup.sh").is_file():
-        setup, docker_workdir, env = (context / "setup.sh").read_text(), None, {}
+    if (context / "setup.sh").is_file() or (root / "setup.sh").is_file():
+        script = context / "setup.sh" if (context / "setup.sh").is_file() else root / "setup.sh"
+        setup, docker_workdir, env = script.read_text(), None, {}
     elif (context / "Dockerfile").is_file():
         setup, docker_workdir, env = dockerfile_setup((context / "Dockerfile").read_text(),
                                                       str(context / "Dockerfile"))
