@@ -135,6 +135,7 @@ def test_registered_task_spec_and_contract(sandbox_ok):
     assert {t.metadata["level"] for t in env.tasks} == {2}
     check_env(env, skip_render_check=True)
     assert env.system_prompt().startswith(env._task.instruction.strip())
+    assert [t.schema()["function"]["name"] for t in env.tools] == ["bash", "submit"]
     env.close()
     with pytest.raises(ConfigError, match="no such task directory"):
         make_env("terminal", task_dir="/nonexistent/tasks")

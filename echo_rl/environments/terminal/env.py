@@ -65,6 +65,7 @@ class TerminalEnvironment(TextEnvironment):
     """Sandboxed shell episodes over :class:`TerminalTask` s."""
 
     has_expert = True
+    tools = TERMINAL_TOOLS  # bash(command), submit(answer): OpenAI's tool shape via Tool.schema()
 
     def __init__(self, config: TerminalConfig | dict | None = None, render_mode: str | None = None,
                  tasks: list[TerminalTask] | None = None, **overrides: Any):
