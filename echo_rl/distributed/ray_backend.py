@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import time
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.distributed.ray_acting import RAY_AGENT_BASES, acting_part
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import make_vector_env
+from echo_rl.training import state_codec
 from echo_rl.training.echo.agent import EchoAgent
 from echo_rl.training.ppo_agent import PPOAgent
 from echo_rl.training.rollout import EpisodeStats, RolloutBuffer
@@ -117,6 +117,12 @@ def check_ray_rollout_state(state, slices: list[Slice]) -> None:
     if [tuple(s) for s in state["slices"]] != ours:
         raise ConfigError(f"this checkpoint's rollout state has Ray worker slices {state['slices']}; "
                           f"this run has {ours}: resume with the same num_actors and worker count")
+    workers = state.get("workers")
+    if type(workers) is not list or len(workers) != len(ours):
+        raise ConfigError(f"this checkpoint's rollout state holds no state for each of the {len(ours)} Ray workers")
+    for blob in workers:  # refused here, in this process, before a worker is asked to unpickle anything
+        if type(blob) is not state_codec.Signed:
+            state_codec.loads(blob, "a Ray worker's state in this checkpoint")
 
 
 class RolloutWorker:
@@ -161,10 +167,10 @@ class RolloutWorker:
 
     def rollout_state(self) -> bytes:
         """The envs mid-episode and the sampler state (the slice's part of a checkpoint)."""
-        return pickle.dumps({**self.acting.state(), "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
+        return state_codec.dumps({**self.acting.state(), "token": self.token})
 
     def load_rollout_state(self, blob: bytes) -> None:
-        state = pickle.loads(blob)
+        state = state_codec.loads(blob, "a Ray rollout worker's state")
         self.token = state.pop("token")
         self.acting.load_state(state)
 

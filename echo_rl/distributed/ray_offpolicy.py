@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import time
 
 import numpy as np
@@ -42,6 +41,7 @@ from echo_rl.distributed.ray_backend import (MAX_RESTARTS, RESEED_STRIDE, RESTAR
                                              restart_error, worker_slices)
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
+from echo_rl.training import state_codec
 from echo_rl.training.dqn_agent import DQNAgent, EpsilonGreedy, build_q_network
 from echo_rl.training.offpolicy_replay import ReplayFeed, rollout_transitions, transition_example
 from echo_rl.training.rollout import EpisodeStats, VectorRolloutCollector
@@ -109,11 +109,11 @@ class DQNWorker:
                 "client": self.writer.client_id, "acked": self.writer.acked}
 
     def rollout_state(self) -> bytes:
-        return pickle.dumps({"collector": self.collector, "rng": self.actor.rng.bit_generator.state,
-                             "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
+        return state_codec.dumps({"collector": self.collector, "rng": self.actor.rng.bit_generator.state,
+                                  "token": self.token})
 
     def load_rollout_state(self, blob: bytes) -> None:
-        state = pickle.loads(blob)
+        state = state_codec.loads(blob, "a Ray dqn worker's state")
         self.envs.close()
         self.collector = state["collector"]
         self.envs = self.collector.envs
