@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import time
 from dataclasses import dataclass
 
@@ -108,6 +109,13 @@ def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
                           ray_address=None, ray_num_workers=None)
 
 
+def worker_states(blobs: list) -> list:
+    """The Ray workers' pickled states as this driver got them from its own workers: ``Signed`` (a checkpoint
+    holding them is signed). Ray hands bytes over as plain bytes, both ways, so the driver is where the
+    type is kept and checked."""
+    return [state_codec.Signed(b) for b in blobs]
+
+
 def check_ray_rollout_state(state, slices: list[Slice]) -> None:
     """A checkpoint's rollout state fits this Ray run: written by a Ray run with the same worker slices."""
     ours = [(s.start, s.stop) for s in slices]
@@ -167,10 +175,10 @@ class RolloutWorker:
 
     def rollout_state(self) -> bytes:
         """The envs mid-episode and the sampler state (the slice's part of a checkpoint)."""
-        return state_codec.dumps({**self.acting.state(), "token": self.token})
+        return pickle.dumps({**self.acting.state(), "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
 
     def load_rollout_state(self, blob: bytes) -> None:
-        state = state_codec.loads(blob, "a Ray rollout worker's state")
+        state = pickle.loads(blob)  # from the driver, which took it Signed only (check_ray_rollout_state)
         self.token = state.pop("token")
         self.acting.load_state(state)
 
@@ -401,7 +409,7 @@ class RayAgentMixin:
     def rollout_state(self) -> dict:
         ray = _ray()
         return {"backend": "ray", "slices": [(s.start, s.stop) for s in self.slices],
-                "workers": ray.get([w.rollout_state.remote() for w in self._ray_workers]),
+                "workers": worker_states(ray.get([w.rollout_state.remote() for w in self._ray_workers])),
                 "tokens": list(self.collector.tokens)}
 
     def load_rollout_state(self, state) -> None:

@@ -24,6 +24,7 @@ WEIGHTS_ONLY, NO_PICKLE, NO_REMOTE_CODE, SAFE_YAML = "weights_only=True", "allow
 # stated guards: why the call reads no untrusted bytes (reviewed; tested by their own tests)
 SIGNED = "Signed bytes only (this process's own pickle, or a checkpoint signed with the user's run key)"
 OWN_CHILD = "bytes from a child process this one spawned (IPC), never from a file"
+FROM_DRIVER = "bytes from the Ray driver, which passes only Signed ones (check_ray_rollout_state)"
 OPT_IN = "explicit opt-in: load_policy(path, allow_code=True)"
 SANDBOX = "runs in the sandbox worker (bwrap), by design"
 REGISTERED = "module names from echo_rl's own code/registries, never from a run directory"
@@ -41,6 +42,8 @@ ALLOWED: dict[tuple[str, str, str], tuple[str, int]] = {
     ("training/actor_process.py", "ProcessActor.__init__", "pickle.loads"): (OWN_CHILD, 1),
     ("training/actor_process.py", "ProcessActor.sync_state", "pickle.loads"): (OWN_CHILD, 1),
     ("distributed/data_parallel.py", "run_learners", "pickle.loads"): (OWN_CHILD, 1),
+    ("distributed/ray_backend.py", "RolloutWorker.load_rollout_state", "pickle.loads"): (FROM_DRIVER, 1),
+    ("distributed/ray_offpolicy.py", "DQNWorker.load_rollout_state", "pickle.loads"): (FROM_DRIVER, 1),
     ("export/loading.py", "TorchBackend.__init__", "torch.jit.load"): (OPT_IN, 1),
     ("config/base.py", "ConfigBase.load_yaml", "yaml.safe_load"): (SAFE_YAML, 1),
     ("config/base.py", "ConfigBase.with_overrides", "yaml.safe_load"): (SAFE_YAML, 1),
