@@ -1,4 +1,4 @@
-"""`echo-rl export`: a trained run -> an ONNX / TorchScript policy, or a transformers checkpoint (LM runs)."""
+"""`echo-rl export`: a trained run -> an ONNX / safetensors policy, or a transformers checkpoint (LM runs)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,19 @@ import argparse
 from echo_rl.config import ConfigError
 
 NAME = "export"
-HELP = ("export a trained run: vector policies to ONNX or TorchScript (optionally int8), LM runs to a "
+HELP = ("export a trained run: vector policies to ONNX (optionally int8) or safetensors, LM runs to a "
         "transformers directory")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", required=True, help="a trained run directory (its newest checkpoint is exported)")
     p.add_argument("--format", default=None,
-                   help="onnx or torchscript for vector policies (default onnx); transformers for language-model "
+                   help="onnx or safetensors for vector policies (default onnx); transformers for language-model "
                         "runs (the default there)")
-    p.add_argument("--quantize", default=None, help="int8: dynamic int8 weights of the linear layers (vector policies)")
+    p.add_argument("--quantize", default=None, help="int8: dynamic int8 weights of the linear layers (onnx)")
     p.add_argument("--out", default=None, help="output file (vector) or directory (transformers); default "
-                                               "RUN/export/policy[-int8].onnx|.pt or RUN/export/transformers")
+                                               "RUN/export/policy[-int8].onnx, RUN/export/policy.safetensors or "
+                                               "RUN/export/transformers")
     p.add_argument("--no-check", action="store_true",
                    help="skip the parity check of the exported policy against PyTorch on recorded observations")
 

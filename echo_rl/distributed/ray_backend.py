@@ -38,6 +38,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.distributed.ray_acting import RAY_AGENT_BASES, acting_part
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import make_vector_env
+from echo_rl.training import state_codec
 from echo_rl.training.echo.agent import EchoAgent
 from echo_rl.training.ppo_agent import PPOAgent
 from echo_rl.training.rollout import EpisodeStats, RolloutBuffer
@@ -108,6 +109,13 @@ def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
                           ray_address=None, ray_num_workers=None)
 
 
+def worker_states(blobs: list) -> list:
+    """The Ray workers' pickled states as this driver got them from its own workers: ``Signed`` (a checkpoint
+    holding them is signed). Ray hands bytes over as plain bytes, both ways, so the driver is where the
+    type is kept and checked."""
+    return [state_codec.Signed(b) for b in blobs]
+
+
 def check_ray_rollout_state(state, slices: list[Slice]) -> None:
     """A checkpoint's rollout state fits this Ray run: written by a Ray run with the same worker slices."""
     ours = [(s.start, s.stop) for s in slices]
@@ -117,6 +125,12 @@ def check_ray_rollout_state(state, slices: list[Slice]) -> None:
     if [tuple(s) for s in state["slices"]] != ours:
         raise ConfigError(f"this checkpoint's rollout state has Ray worker slices {state['slices']}; "
                           f"this run has {ours}: resume with the same num_actors and worker count")
+    workers = state.get("workers")
+    if type(workers) is not list or len(workers) != len(ours):
+        raise ConfigError(f"this checkpoint's rollout state holds no state for each of the {len(ours)} Ray workers")
+    for blob in workers:  # refused here, in this process, before a worker is asked to unpickle anything
+        if type(blob) is not state_codec.Signed:
+            state_codec.loads(blob, "a Ray worker's state in this checkpoint")
 
 
 class RolloutWorker:
@@ -164,7 +178,7 @@ class RolloutWorker:
         return pickle.dumps({**self.acting.state(), "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
 
     def load_rollout_state(self, blob: bytes) -> None:
-        state = pickle.loads(blob)
+        state = pickle.loads(blob)  # from the driver, which took it Signed only (check_ray_rollout_state)
         self.token = state.pop("token")
         self.acting.load_state(state)
 
@@ -395,7 +409,7 @@ class RayAgentMixin:
     def rollout_state(self) -> dict:
         ray = _ray()
         return {"backend": "ray", "slices": [(s.start, s.stop) for s in self.slices],
-                "workers": ray.get([w.rollout_state.remote() for w in self._ray_workers]),
+                "workers": worker_states(ray.get([w.rollout_state.remote() for w in self._ray_workers])),
                 "tokens": list(self.collector.tokens)}
 
     def load_rollout_state(self, state) -> None:

@@ -39,7 +39,7 @@ import torch
 from echo_rl.config import TrainingConfig
 from echo_rl.distributed.ray_backend import (MAX_RESTARTS, RESEED_STRIDE, RESTART_TIMEOUT_S, Slice, WorkerNotReady,
                                              check_ray_rollout_state, default_num_workers, reseed_restarted,
-                                             restart_error, worker_slices)
+                                             restart_error, worker_slices, worker_states)
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
 from echo_rl.training.dqn_agent import DQNAgent, EpsilonGreedy, build_q_network
@@ -113,7 +113,7 @@ class DQNWorker:
                              "token": self.token}, protocol=pickle.HIGHEST_PROTOCOL)
 
     def load_rollout_state(self, blob: bytes) -> None:
-        state = pickle.loads(blob)
+        state = pickle.loads(blob)  # from the driver, which took it Signed only (check_ray_rollout_state)
         self.envs.close()
         self.collector = state["collector"]
         self.envs = self.collector.envs
@@ -220,7 +220,7 @@ class RayDQNAgent(DQNAgent):
     def rollout_state(self) -> dict:
         ray = _ray()
         return {"backend": "ray", "slices": [(s.start, s.stop) for s in self.slices],
-                "workers": ray.get([w.rollout_state.remote() for w in self._ray_workers]),
+                "workers": worker_states(ray.get([w.rollout_state.remote() for w in self._ray_workers])),
                 "tokens": list(self.tokens), "replay_npz": self.feed.state()}
 
     def load_rollout_state(self, state) -> None:

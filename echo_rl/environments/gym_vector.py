@@ -31,7 +31,6 @@ so a run on them resumes mid-episode.
 from __future__ import annotations
 
 import functools
-import pickle
 
 import gymnasium as gym
 import numpy as np
@@ -51,7 +50,9 @@ class Snapshotting(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
 
     def snapshot(self) -> dict:
-        return {"format": "pickle", "blob": pickle.dumps(self, pickle.HIGHEST_PROTOCOL)}
+        from echo_rl.training.state_codec import dumps
+
+        return {"format": "pickle", "blob": dumps(self)}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

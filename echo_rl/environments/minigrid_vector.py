@@ -10,7 +10,6 @@ expanding ~1k floats per step.
 from __future__ import annotations
 
 import functools
-import pickle
 import re
 from dataclasses import dataclass
 
@@ -79,7 +78,11 @@ class FlatMiniGridObs(gym.ObservationWrapper):
         from echo_rl.environments.minigrid_state import minigrid_snapshot
 
         snap = minigrid_snapshot(self)
-        return snap if snap is not None else {"format": "pickle", "blob": pickle.dumps(self, pickle.HIGHEST_PROTOCOL)}
+        if snap is not None:
+            return snap
+        from echo_rl.training.state_codec import dumps
+
+        return {"format": "pickle", "blob": dumps(self)}
 
     def step(self, action):
         # A Python int: MiniGrid compares the action with ``Actions`` members six times a step, and a
@@ -151,12 +154,13 @@ def snapshot_vector_env(envs: VectorEnv) -> dict:
 
 
 def restore_env(snapshot: dict) -> gym.Env:
-    """One env from its snapshot. A ``pickle`` snapshot is only ever handed over by the checkpoint reader after
-    it checked the run's signature (``echo_rl.training.state_codec``)."""
+    """One env from its snapshot. A ``pickle`` snapshot's blob is unpickled only when it is ``Signed``: made by
+    this process or read from a checkpoint whose signature matched (``echo_rl.training.state_codec.loads``)."""
     from echo_rl.environments.minigrid_state import restore_minigrid
+    from echo_rl.training.state_codec import loads
 
     if snapshot.get("format") == "pickle":
-        return pickle.loads(snapshot["blob"])
+        return loads(snapshot.get("blob"), "an env snapshot's blob")
     return restore_minigrid(snapshot)
 
 

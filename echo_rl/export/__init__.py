@@ -1,8 +1,8 @@
 """From a trained run to something else can use: exported files and ``load_policy``.
 
-- vector policies (PPO, IMPALA, the EchoRL agent with its plan path) -> ONNX or
-  TorchScript, optionally int8 (:mod:`echo_rl.export.vector`, graph in
-  :mod:`echo_rl.export.graph`);
+- vector policies (PPO, IMPALA, the EchoRL agent with its plan path) -> ONNX
+  (optionally int8) or safetensors: data, never code (:mod:`echo_rl.export.vector`,
+  graph in :mod:`echo_rl.export.graph`);
 - language-model runs -> a plain transformers checkpoint directory
   (:mod:`echo_rl.export.lm`);
 - :func:`load_policy`: ``act(obs)`` over a run directory, an exported file or a

@@ -26,7 +26,7 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
     config = run_config(run_dir)
     if not config.text_task:
         raise ConfigError(f"--run-dir {run_dir} is a vector-policy run ({config.agent} on {config.env_name}): "
-                          f"export it with --format onnx or torchscript")
+                          f"export it with --format onnx or safetensors")
     payload, ckpt = newest_payload(run_dir, config)
     weights = payload["state"].get("model")
     if not isinstance(weights, dict) or not weights:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from echo_rl.config import ConfigError
-from echo_rl.export.vector import META_KEY, TS_EXTRA, require_onnx
+from echo_rl.export.vector import META_KEY, TS_EXTRA, require_onnx, require_safetensors
 
 
 def _one_line(exc: BaseException) -> str:
@@ -48,7 +48,8 @@ class OnnxBackend:
 
 
 class TorchBackend:
-    """A TorchScript export, or a run's own network (``module`` given)."""
+    """A TorchScript export (code: only after ``load_policy(..., allow_code=True)``), or a run's own network
+    (``module`` given)."""
 
     def __init__(self, path: Path | None = None, module: Any = None, meta: dict | None = None):
         import torch
@@ -70,6 +71,50 @@ class TorchBackend:
         with self._torch.no_grad():
             logits, values = self.module(*(self._torch.as_tensor(inputs[k]) for k in self.meta["inputs"]))
         return logits.numpy(), values.numpy()
+
+
+def _is_safetensors(path: Path) -> bool:
+    """A safetensors file starts with its JSON header's length (8 bytes, little-endian) and then ``{``."""
+    with open(path, "rb") as fh:
+        head = fh.read(9)
+    return len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= path.stat().st_size
+
+
+def safetensors_backend(path: Path) -> TorchBackend:
+    """A safetensors export: the run's network rebuilt from the config in the header, then the tensors loaded
+    into it (data only: nothing in the file runs)."""
+    require_safetensors()
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from echo_rl.config import TrainingConfig
+    from echo_rl.export.graph import policy_graph
+    from echo_rl.export.runs import VECTOR_AGENTS, acting_agent
+
+    try:
+        with safe_open(str(path), "pt") as fh:
+            raw = (fh.metadata() or {}).get(META_KEY)
+        tensors = load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - a damaged header or truncated data: safetensors raises several kinds
+        raise ConfigError(f"{path} is not a loadable safetensors policy ({_one_line(exc)})") from None
+    try:
+        meta = json.loads(raw) if raw is not None else None
+        config = TrainingConfig.from_dict(meta.pop("config")) if type(meta) is dict and "config" in meta else None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: its {META_KEY!r} metadata is malformed ({_one_line(exc)})") from None
+    if config is None:
+        raise ConfigError(f"{path} has no {META_KEY!r} metadata with a config: it was not written by `echo-rl export`")
+    if config.text_task or config.agent not in VECTOR_AGENTS:
+        raise ConfigError(f"{path}: its config names agent {config.agent!r} on {config.env_name!r}; safetensors "
+                          f"policies are {', '.join(VECTOR_AGENTS)} on vector tasks")
+    agent = acting_agent(config)
+    graph, _ = policy_graph(agent, config)
+    try:
+        graph.load_state_dict(tensors, strict=True)
+    except RuntimeError as exc:
+        agent.close()
+        raise ConfigError(f"{path}: its tensors do not fit a {config.agent} policy ({_one_line(exc)})") from None
+    return TorchBackend(module=graph.eval(), meta=meta)
 
 
 def encode_minigrid(obs: dict, encoding: dict) -> np.ndarray:
@@ -158,9 +203,17 @@ class Policy:
         return int(actions[0]) if self._single(obs) else actions
 
 
-def load_policy(path_or_name: str | Path) -> Policy:
-    """A :class:`Policy` from a run directory (its newest checkpoint), an exported ``.onnx`` / ``.pt`` file, or a
-    hub model name (``echo_rl.hub.models.names()``, optionally written ``hub:NAME``)."""
+TORCHSCRIPT_REFUSED = ("{path} is TorchScript: a program that runs when it is loaded and on every act(), not "
+                       "weights; it is refused unless you trust whoever wrote it: load_policy(path, allow_code=True). "
+                       "ONNX and safetensors exports (echo-rl export --format onnx|safetensors) hold no code")
+
+
+def load_policy(path_or_name: str | Path, allow_code: bool = False) -> Policy:
+    """A :class:`Policy` from a run directory (its newest checkpoint), an exported ``.onnx`` / ``.safetensors``
+    file, or a hub model name (``echo_rl.hub.models.names()``, optionally written ``hub:NAME``).
+
+    A TorchScript file is code (its methods run on load and in ``act``), so it is refused unless
+    ``allow_code=True`` says its author is trusted; ONNX files, hub models and run directories hold data only."""
     text = str(path_or_name)
     path = Path(text).expanduser()
     if path.is_dir():
@@ -171,8 +224,12 @@ def load_policy(path_or_name: str | Path) -> Policy:
         graph, meta = policy_graph(agent, config)
         meta["checkpoint"] = ckpt
         return Policy(TorchBackend(module=graph, meta=meta), f"{path} ({ckpt})")
-    if path.is_file():  # by content: TorchScript is a zip archive, ONNX a protobuf
+    if path.is_file():  # by content: TorchScript is a zip archive, safetensors a JSON header, ONNX a protobuf
+        if _is_safetensors(path):
+            return Policy(safetensors_backend(path), str(path))
         if zipfile.is_zipfile(path) or path.suffix == ".pt":
+            if not allow_code:
+                raise ConfigError(TORCHSCRIPT_REFUSED.format(path=path))
             return Policy(TorchBackend(path), str(path))
         return Policy(OnnxBackend(path), str(path))
     from echo_rl.hub import models
@@ -180,5 +237,5 @@ def load_policy(path_or_name: str | Path) -> Policy:
     name = text[4:] if text.startswith("hub:") else text
     if name in models.names():
         return Policy(OnnxBackend(models.path(name)), f"hub:{name}")
-    raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.pt file nor a hub model; "
+    raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.safetensors file nor a hub model; "
                       f"hub models: {', '.join(models.names()) or 'none'}")

@@ -36,10 +36,6 @@ def newest_payload(run_dir: str | Path, config: TrainingConfig, flag: str = "--r
 
 def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any, TrainingConfig, str]:
     """(agent with the run's newest weights, its config, checkpoint name) for a vector-env run."""
-    import torch
-
-    from echo_rl.training.agents import build_agent
-
     config = run_config(run_dir, flag)
     if config.text_task:
         raise ConfigError(f"{flag} {run_dir} is a language-model run ({config.env_name}, backbone "
@@ -49,11 +45,7 @@ def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any
         raise ConfigError(f"{flag} {run_dir}: agent {config.agent!r} cannot be exported yet; "
                           f"export supports {', '.join(VECTOR_AGENTS)}")
     payload, name = newest_payload(run_dir, config, flag)
-    acting = {"num_actors": 1, "backend": "local", "vector_env": "sync", "device": "cpu"}
-    if config.agent == "echo-rl":  # learner-side buffers (the replay preallocates GBs) hold no acting weights
-        acting.update({"echo_config.replay_updates": 0, "echo_config.self_imitation_updates": 0})
-    one = config.with_overrides(acting)
-    agent = build_agent(one, torch.device("cpu"))
+    agent = acting_agent(config)
     try:
         agent.load_state_dict(payload["state"])
     except Exception as exc:  # noqa: BLE001 - weights that do not fit the agent the config builds
@@ -61,3 +53,15 @@ def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any
         raise ConfigError(f"{flag} {run_dir}/{name}: its weights do not fit a {config.agent} agent "
                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})") from None
     return agent, config, name
+
+
+def acting_agent(config: TrainingConfig) -> Any:
+    """An untrained ``config.agent`` on one actor, CPU, without learner-side buffers: what acting needs."""
+    import torch
+
+    from echo_rl.training.agents import build_agent
+
+    acting = {"num_actors": 1, "backend": "local", "vector_env": "sync", "device": "cpu"}
+    if config.agent == "echo-rl":  # learner-side buffers (the replay preallocates GBs) hold no acting weights
+        acting.update({"echo_config.replay_updates": 0, "echo_config.self_imitation_updates": 0})
+    return build_agent(config.with_overrides(acting), torch.device("cpu"))

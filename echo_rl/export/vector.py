@@ -1,13 +1,18 @@
-"""Export a vector policy to ONNX or TorchScript, optionally with int8 weights.
+"""Export a vector policy to ONNX (optionally with int8 weights) or safetensors.
 
-Both files carry the export metadata (``graph.policy_graph``: agent, env,
-inputs, the observation encoding) — ONNX in ``metadata_props["echo_rl"]``,
-TorchScript as the extra file ``echo_rl.json`` — so a loader needs nothing else.
-ONNX uses the TorchScript-tracing exporter (``dynamo=False``): one
-self-contained file in well under a second for these small networks.
-int8 is dynamic quantization of the linear layers' weights (onnxruntime's
-``quantize_dynamic`` / ``torch.ao.quantization.quantize_dynamic``); embeddings
-stay float.
+Both files are data, never code: ONNX is a graph of standard operators, and a
+safetensors file holds tensors and a JSON header, which ``load_policy`` turns
+back into the policy by building the run's network from the config it names.
+(TorchScript is a program that runs when loaded, so it is not written here and
+is loaded only on request: ``load_policy(path, allow_code=True)``.)
+
+Both carry the export metadata (``graph.policy_graph``: agent, env, inputs, the
+observation encoding) — ONNX in ``metadata_props["echo_rl"]``, safetensors in
+its header's ``__metadata__["echo_rl"]`` with the run's config beside it — so a
+loader needs nothing else. ONNX uses the TorchScript-tracing exporter
+(``dynamo=False``): one self-contained file in well under a second for these
+small networks. int8 is onnxruntime's dynamic quantization of the linear
+layers' weights (``quantize_dynamic``); embeddings stay float.
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ from torch import nn
 from echo_rl.config import ConfigError
 from echo_rl.export.graph import example_inputs
 
-FORMATS = ("onnx", "torchscript")
+FORMATS = ("onnx", "safetensors")
 QUANTIZE = ("int8",)
-SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
+SUFFIX = {"onnx": ".onnx", "safetensors": ".safetensors"}
 META_KEY = "echo_rl"
-TS_EXTRA = "echo_rl.json"
+TS_EXTRA = "echo_rl.json"  # the metadata inside TorchScript files of earlier versions
 ONNX_EXTRA = "pip install 'echo-rl[export]'"
 
 
@@ -39,6 +44,13 @@ def require_onnx() -> None:
         import onnxruntime  # noqa: F401
     except ImportError:
         raise ImportError(f"ONNX export and inference need onnx and onnxruntime: {ONNX_EXTRA}") from None
+
+
+def require_safetensors() -> None:
+    try:
+        import safetensors  # noqa: F401
+    except ImportError:
+        raise ImportError(f"safetensors export and loading need safetensors: {ONNX_EXTRA}") from None
 
 
 def _dynamic_axes(meta: dict) -> dict:
@@ -80,17 +92,17 @@ def export_onnx(graph: nn.Module, meta: dict, out: Path, quantize: str | None = 
     return out
 
 
-def export_torchscript(graph: nn.Module, meta: dict, out: Path, quantize: str | None = None) -> Path:
-    if quantize == "int8":  # in place: an Echo graph reaches its modules through the (throwaway) agent
-        graph = torch.ao.quantization.quantize_dynamic(graph, {nn.Linear}, dtype=torch.qint8, inplace=True)
+def export_safetensors(graph: nn.Module, meta: dict, out: Path, config_dict: dict) -> Path:
+    """The graph's tensors, with the metadata and the run's config (to rebuild the network) in the header."""
+    require_safetensors()
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in graph.state_dict().items()}  # no shared storage
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="tmp-policy-", suffix=".pt")  # torch names the archive
-    os.close(fd)                                                                  # after the file's stem
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-policy-", suffix=".safetensors")
+    os.close(fd)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.jit's deprecation notices: TorchScript is what is asked for
-            traced = torch.jit.trace(graph, example_inputs(meta), check_trace=False)
-            torch.jit.save(traced, tmp, _extra_files={TS_EXTRA: json.dumps({**meta, "quantize": quantize})})
+        save_file(tensors, tmp, metadata={META_KEY: json.dumps({**meta, "quantize": None, "config": config_dict})})
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -104,6 +116,8 @@ def check_format(fmt: str, quantize: str | None) -> None:
                           f"transformers)")
     if quantize is not None and quantize not in QUANTIZE:
         raise ConfigError(f"--quantize {quantize!r} is invalid: allowed: {', '.join(QUANTIZE)}")
+    if quantize is not None and fmt != "onnx":
+        raise ConfigError(f"--quantize {quantize} applies to --format onnx; a {fmt} export keeps float32 weights")
 
 
 def export_vector_run(run_dir: str | Path, fmt: str, out: str | Path | None = None,
@@ -113,8 +127,7 @@ def export_vector_run(run_dir: str | Path, fmt: str, out: str | Path | None = No
     from echo_rl.export.runs import load_vector_agent
 
     check_format(fmt, quantize)
-    if fmt == "onnx":
-        require_onnx()
+    (require_onnx if fmt == "onnx" else require_safetensors)()
     agent, config, ckpt = load_vector_agent(run_dir)
     try:
         graph, meta = policy_graph(agent, config)
@@ -123,7 +136,10 @@ def export_vector_run(run_dir: str | Path, fmt: str, out: str | Path | None = No
         path = Path(out) if out else Path(run_dir) / "export" / name
         if path.exists() and path.is_dir():
             path = path / name
-        (export_onnx if fmt == "onnx" else export_torchscript)(graph, meta, path, quantize)
+        if fmt == "onnx":
+            export_onnx(graph, meta, path, quantize)
+        else:
+            export_safetensors(graph, meta, path, config.to_dict())
     finally:
         agent.close()
     return path, meta

@@ -211,16 +211,17 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
     torch = require("torch", "models")
     transformers.utils.logging.disable_progress_bar()
     src, fname = str(gguf.parent), gguf.name
-    tokenizer = transformers.AutoTokenizer.from_pretrained(src, gguf_file=fname)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(src, gguf_file=fname, trust_remote_code=False)
     if not getattr(tokenizer, "chat_template", None):
         raise FetchError(f"{fname} carries no chat template; this release cannot serve as a chat backbone")
-    quantized = transformers.AutoModelForCausalLM.from_pretrained(src, gguf_file=fname, dtype=torch.float32)
+    quantized = transformers.AutoModelForCausalLM.from_pretrained(src, gguf_file=fname, dtype=torch.float32,
+                                                                  trust_remote_code=False)
     config = quantized.config
     # save_pretrained refuses a model "quantized with gguf"; the weights are already de-quantized, so a
     # model built from the same config without that marker holds them as a plain checkpoint.
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
     model.load_state_dict(quantized.state_dict(), strict=True)
     model.generation_config = quantized.generation_config
     model.eval().save_pretrained(out, safe_serialization=True)
@@ -229,7 +230,7 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
                                           tokenize=False)
     ids = torch.tensor([tokenizer(probe, add_special_tokens=False)["input_ids"]])
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True,
-                                                                 dtype=torch.float32)
+                                                                 dtype=torch.float32, trust_remote_code=False)
     with torch.no_grad():
         want, got = quantized(ids).logits, reloaded(ids).logits
     if not torch.allclose(want, got, atol=1e-4, rtol=0):

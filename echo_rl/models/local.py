@@ -74,14 +74,41 @@ def check_checkpoint_dir(path: Path) -> None:
         raise ConfigError(f"checkpoint {where} has no weights: expected one of {', '.join(WEIGHT_FILES)}")
 
 
+CUSTOM_CODE = ("echo-rl never runs code from a model directory (every load passes trust_remote_code=False): use a "
+               "checkpoint of a model type transformers knows")
+
+
+def check_no_custom_code(path: Path) -> None:
+    """A ``config.json`` whose ``model_type`` transformers does not know loads only by running the directory's own
+    Python (``auto_map``): refused here, in one line, before transformers reads anything else."""
+    import json
+
+    from transformers import CONFIG_MAPPING
+
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # unreadable: the loader reports it, in one line (load_errors)
+    model_type = cfg.get("model_type") if isinstance(cfg, dict) else None
+    if isinstance(model_type, str) and model_type not in CONFIG_MAPPING:
+        code = " with code of its own (auto_map)" if "auto_map" in cfg else ""
+        raise ConfigError(f"checkpoint {str(path)!r}: model_type {model_type[:80]!r} is not one transformers "
+                          f"knows{code}; {CUSTOM_CODE}")
+
+
 @contextlib.contextmanager
-def _load_errors(path: Path, what: str) -> Iterator[None]:
-    """Turn a loader's exception (a corrupt safetensors header, a truncated shard) into a one-line ConfigError."""
+def load_errors(path: Path, what: str) -> Iterator[None]:
+    """Turn a loader's exception (a corrupt safetensors header, a truncated shard) into a one-line ConfigError.
+    Every ``from_pretrained`` passes ``trust_remote_code=False`` (a model directory's Python never runs, and
+    transformers never asks); a directory that needs its own code is named as such, not told to opt in."""
     try:
         yield
     except (ImportError, MemoryError, ConfigError):
         raise
     except Exception as exc:  # noqa: BLE001 - the loaders raise many types; the message names the cause
+        if "trust_remote_code" in str(exc):
+            raise ConfigError(f"checkpoint {str(path)!r}: loading its {what} needs Python code from the directory "
+                              f"(auto_map); {CUSTOM_CODE}") from None
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise ConfigError(f"checkpoint {str(path)!r}: cannot load its {what}: {type(exc).__name__}: {first}") from None
 
@@ -101,14 +128,16 @@ class LocalBackbone(Backbone):
         self.name = name or path.name
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
-        with _load_errors(path, "tokenizer"):
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        check_no_custom_code(path)
+        with load_errors(path, "tokenizer"):
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True,
+                                                                        trust_remote_code=False)
         if not self.tokenizer("hello world", add_special_tokens=False)["input_ids"]:
             raise ConfigError(f"checkpoint {str(path)!r}: its tokenizer encodes text to no tokens (a broken or "
                               "missing tokenizer.json / vocabulary)")
-        with _load_errors(path, "weights"):
+        with load_errors(path, "weights"):
             self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(path), local_files_only=True, dtype=self.dtype).to(self.device).eval()
+                str(path), local_files_only=True, dtype=self.dtype, trust_remote_code=False).to(self.device).eval()
         rows = self.model.get_input_embeddings().weight.shape[0]
         if len(self.tokenizer) > rows:
             raise ConfigError(f"checkpoint {str(path)!r}: the tokenizer has {len(self.tokenizer)} tokens but the "

@@ -29,6 +29,11 @@ class CheckpointError(ConfigError):
     """A checkpoint that cannot be loaded (damaged, refused, or from an older format)."""
 
 
+class CheckpointRefused(CheckpointError):
+    """A checkpoint holding pickled data not signed with this user's run key. Resuming stops here instead of
+    falling back to an older checkpoint, so the refused one is never overwritten (copy the key, or start anew)."""
+
+
 def _reason(exc: BaseException) -> str:
     """An exception as a short single line (torch's unpickling errors span many lines)."""
     text = " ".join(str(exc).split())
@@ -161,7 +166,7 @@ class RunDirectory:
         try:
             return payload, state_codec.read(path)
         except state_codec.UntrustedState as exc:
-            raise CheckpointError(f"{path.name}: rollout state refused: {exc}") from None
+            raise CheckpointRefused(f"{path.name}: rollout state refused: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - damaged data, whatever the parser raised
             raise CheckpointError(f"{path.name}: rollout state is unreadable ({_reason(exc)})") from None
 
@@ -175,6 +180,10 @@ class RunDirectory:
         for path in found:
             try:
                 apply(*self.load_checkpoint(path, rollout=rollout))
+            except CheckpointRefused:
+                raise
+            except state_codec.UntrustedState as exc:  # an env or Ray worker state refused while it was applied
+                raise CheckpointRefused(f"{path.name}: rollout state refused: {exc}") from None
             except Exception as exc:  # noqa: BLE001 - a checkpoint that does not fit the agent is unreadable too
                 failures.append(str(exc) if isinstance(exc, ConfigError) else f"{path.name}: {_reason(exc)}")
                 continue

@@ -13,6 +13,11 @@ checkpoint is signed: HMAC-SHA256 over both files under a per-user key kept
 outside every run directory (``$ECHO_RL_HOME/run_key``, else
 ``~/.config/echo_rl/run_key``, created 0600 on first use). Reading such a part
 needs that signature to match; otherwise it is refused (:class:`UntrustedState`).
+
+Every unpickle of checkpoint data in echo_rl goes through :func:`loads`, which takes only :class:`Signed`
+bytes: what this process pickled itself (env snapshots, Ray workers' states) or what :func:`read` returned
+after the signature matched. A blob spelled any other way in ``rollout.json`` (an array, a numpy bytes
+scalar) is plain data and is refused there, never unpickled.
 """
 
 from __future__ import annotations
@@ -41,6 +46,25 @@ _CLASSES = {"VectorRolloutCollector": "echo_rl.training.rollout", "RolloutBuffer
 
 class UntrustedState(ConfigError):
     """Opaque (pickled) data whose signature is missing or does not match this user's run key."""
+
+
+class Signed(bytes):
+    """Pickled bytes this user's code made: by this process, or read back from a checkpoint signed with the
+    user's run key. The only kind :func:`loads` unpickles (pickling keeps the type across processes)."""
+
+
+def dumps(value: Any) -> Signed:
+    """``value`` pickled, as :class:`Signed` bytes (a checkpoint that stores them is signed)."""
+    return Signed(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+
+
+def loads(blob: Any, what: str) -> Any:
+    """Unpickle ``blob`` only if it is :class:`Signed`; anything else (bytes, arrays, numpy scalars from a file)
+    is refused with :class:`UntrustedState` naming ``what``, before a byte of it is read."""
+    if type(blob) is not Signed:
+        raise UntrustedState(f"{what} is pickled data that is not signed with this user's run key "
+                             f"({type(blob).__name__}); it is never unpickled (it could run code)")
+    return pickle.loads(blob)
 
 
 def key_path() -> Path:
@@ -87,7 +111,7 @@ class _Encoder:
 
     def _pickled(self, value: Any) -> dict:
         self.opaque = True
-        return {"$pickle": self._put(np.frombuffer(pickle.dumps(value, pickle.HIGHEST_PROTOCOL), np.uint8))}
+        return {"$pickle": self._put(np.frombuffer(dumps(value), np.uint8))}
 
     def encode(self, x: Any) -> Any:
         if x is None or type(x) in (bool, int, float, str):
@@ -102,7 +126,7 @@ class _Encoder:
             return {"$array": self._put(x)}
         if isinstance(x, np.generic) and not isinstance(x, np.object_):
             return {"$scalar": self._put(np.asarray(x))}
-        if type(x) in (bytes, bytearray):
+        if type(x) in (bytes, bytearray, Signed):
             self.opaque = True  # a consumer may unpickle them (the Ray backend's worker states do)
             return {"$bytes": self._put(np.frombuffer(bytes(x), np.uint8))}
         name = type(x).__name__
@@ -139,8 +163,8 @@ class _Decoder:
             return self._array(n[tag])[()]
         if tag in ("$bytes", "$pickle"):
             self.trust()  # raises UntrustedState unless the run's signature matches
-            blob = self._array(n[tag]).tobytes()
-            return blob if tag == "$bytes" else pickle.loads(blob)
+            blob = Signed(self._array(n[tag]).tobytes())  # the signature matched: this user's own bytes
+            return blob if tag == "$bytes" else loads(blob, f"{JSON_NAME} node {tag}")
         if tag == "$object" and n[tag] in _CLASSES:
             cls = getattr(importlib.import_module(_CLASSES[n[tag]]), n[tag])
             state = self.decode(n.get("state"))

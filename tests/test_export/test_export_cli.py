@@ -23,16 +23,18 @@ def _one_line_error(capsys, needle):
     assert len(err.splitlines()) == 1 and needle in err, err
 
 
-def test_export_command_writes_and_checks_parity(ppo_run, tmp_path, capsys):
-    out = tmp_path / "cli.onnx"
-    assert main(["export", "--run-dir", str(ppo_run), "--format", "onnx", "--out", str(out)]) == 0
+@pytest.mark.parametrize("fmt", ["onnx", "safetensors"])
+def test_export_command_writes_and_checks_parity(ppo_run, tmp_path, capsys, fmt):
+    out = tmp_path / f"cli.{fmt}"
+    assert main(["export", "--run-dir", str(ppo_run), "--format", fmt, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert f"exported: {out}" in text and "greedy actions agree 100.0%" in text
     assert load_policy(out).meta["checkpoint"].startswith("step_")
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--format", "tflite"], "--format 'tflite' is invalid: allowed: onnx, torchscript"),
+    (["--format", "tflite"], "--format 'tflite' is invalid: allowed: onnx, safetensors"),
+    (["--format", "safetensors", "--quantize", "int8"], "--quantize int8 applies to --format onnx"),
     (["--format", "onnx", "--quantize", "int4"], "--quantize 'int4' is invalid: allowed: int8"),
     (["--format", "transformers"], "is a vector-policy run"),
 ])
@@ -71,9 +73,20 @@ def test_corrupt_and_foreign_files_are_config_errors(tmp_path):
     import torch
 
     torch.save({"w": torch.zeros(2)}, pt)  # a plain state dict, not a TorchScript export
-    with pytest.raises(ConfigError, match="not a loadable TorchScript policy|has no echo_rl.json"):
+    with pytest.raises(ConfigError, match="is TorchScript: a program"):  # a zip archive: refused before reading
         load_policy(pt)
-    with pytest.raises(ConfigError, match="neither a run directory, an exported .onnx/.pt file nor a hub model"):
+    with pytest.raises(ConfigError, match="not a loadable TorchScript policy|has no echo_rl.json"):
+        load_policy(pt, allow_code=True)
+    st = tmp_path / "foreign.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(st))  # tensors, but not an echo-rl export
+    with pytest.raises(ConfigError, match="has no 'echo_rl' metadata with a config"):
+        load_policy(st)
+    st.write_bytes(st.read_bytes()[:-4])  # the header intact, the data cut short
+    with pytest.raises(ConfigError, match="not a loadable safetensors policy"):
+        load_policy(st)
+    with pytest.raises(ConfigError, match="neither a run directory, an exported .onnx/.safetensors file nor a hub"):
         load_policy("hub:no-such-model")
 
 

@@ -1,4 +1,4 @@
-"""Exported vector policies equal the PyTorch policy: ONNX (onnxruntime) and TorchScript, fp32 and int8."""
+"""Exported vector policies equal the PyTorch policy: ONNX (onnxruntime, fp32 and int8) and safetensors."""
 
 import numpy as np
 import pytest
@@ -19,9 +19,9 @@ def ppo_recording(ppo_run):
     return record_observations(load_policy(ppo_run), ENV, steps=64, num_envs=4, seed=5)
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("fmt", ["onnx", "safetensors"])
 def test_fp32_export_matches_pytorch(ppo_run, ppo_recording, fmt, tmp_path):
-    path, meta = export_vector_run(ppo_run, fmt, tmp_path / ("p.onnx" if fmt == "onnx" else "p.pt"))
+    path, meta = export_vector_run(ppo_run, fmt, tmp_path / ("p.onnx" if fmt == "onnx" else "p.safetensors"))
     assert meta["inputs"] == ["obs"] and meta["agent"] == "ppo" and meta["num_actions"] == 7
     report = compare(load_policy(ppo_run), load_policy(path), *ppo_recording)
     assert report["observations"] == 256
@@ -29,11 +29,9 @@ def test_fp32_export_matches_pytorch(ppo_run, ppo_recording, fmt, tmp_path):
     assert report["action_agreement"] == 1.0
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
-def test_int8_export_is_smaller_and_close(ppo_run, ppo_recording, fmt, tmp_path):
-    suffix = ".onnx" if fmt == "onnx" else ".pt"
-    fp32, _ = export_vector_run(ppo_run, fmt, tmp_path / f"fp32{suffix}")
-    int8, meta = export_vector_run(ppo_run, fmt, tmp_path / f"int8{suffix}", quantize="int8")
+def test_int8_export_is_smaller_and_close(ppo_run, ppo_recording, tmp_path):
+    fp32, _ = export_vector_run(ppo_run, "onnx", tmp_path / "fp32.onnx")
+    int8, meta = export_vector_run(ppo_run, "onnx", tmp_path / "int8.onnx", quantize="int8")
     assert int8.stat().st_size < 0.5 * fp32.stat().st_size
     ref, got = load_policy(ppo_run), load_policy(int8)
     assert got.meta["quantize"] == "int8"
@@ -62,6 +60,10 @@ def test_echo_agent_exports_its_plan_path(echo_run, tmp_path):
     path, meta = export_vector_run(echo_run, "onnx", tmp_path / "echo.onnx")
     assert meta["inputs"] == ["obs", "window", "mask"] and meta["window"] >= 2
     ref, got = load_policy(echo_run), load_policy(path)
+    tensors, _ = export_vector_run(echo_run, "safetensors", tmp_path / "echo.safetensors")
+    plain = load_policy(tensors)  # the plan path rebuilt from the config in the header
+    obs0, starts0 = record_observations(ref, ENV, steps=16, num_envs=2, seed=3)
+    assert compare(ref, plain, obs0, starts0)["max_logit_diff"] < 1e-5
     obs, starts = record_observations(ref, ENV, steps=48, num_envs=4, seed=2)
     report = compare(ref, got, obs, starts)
     assert report["max_logit_diff"] < 1e-4 and report["max_value_diff"] < 1e-4
@@ -107,8 +109,10 @@ def test_untrained_and_unknown_runs_are_config_errors(tmp_path, ppo_run):
     TrainingConfig(env_name=ENV).save_yaml(tmp_path / "fresh" / "config.yaml")
     with pytest.raises(ConfigError, match="not trained yet"):
         export_vector_run(tmp_path / "fresh", "onnx")
-    with pytest.raises(ConfigError, match="allowed: onnx, torchscript"):
+    with pytest.raises(ConfigError, match="allowed: onnx, safetensors"):
         export_vector_run(ppo_run, "tflite")
+    with pytest.raises(ConfigError, match="applies to --format onnx"):
+        export_vector_run(ppo_run, "safetensors", quantize="int8")
     with pytest.raises(ConfigError, match="allowed: int8"):
         export_vector_run(ppo_run, "onnx", quantize="int4")
 

@@ -21,6 +21,7 @@ def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
     """(model, tokenizer) of a local backbone: a tiny preset or a checkpoint directory with a tokenizer."""
     import transformers
 
+    from echo_rl.models.local import check_no_custom_code, load_errors
     from echo_rl.models.resolve import resolve_backbone
     from echo_rl.models.tiny import PRESETS
 
@@ -41,14 +42,17 @@ def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
         if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             raise ConfigError(f"backbone={str(path)!r} is invalid: the checkpoint directory has no tokenizer "
                               "(tokenizer.json / tokenizer_config.json)")
-    tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    check_no_custom_code(path)
+    with load_errors(path, "tokenizer"):
+        tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     if not getattr(tok, "chat_template", None):
         raise ConfigError(f"backbone={backbone!r} is invalid: its tokenizer has no chat template "
                           "(tokenizer_config.json: chat_template)")
     check_prefix_preserving(ChatRenderer(tok))  # a template that rewrites earlier turns: one clear error, first
     transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars in training logs
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                              dtype=torch.float32)
+    with load_errors(path, "weights"):
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                                  dtype=torch.float32, trust_remote_code=False)
     return model.eval(), tok
 
 
