@@ -32,7 +32,6 @@ from echo_rl.utils.optional import require
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_JSON_DEPTH = 32  # the deepest valid body is 5 levels; deeper input is refused before validation
-DISCONNECT_POLL_S = 0.05  # a non-streaming request checks this often whether its client is still there
 
 
 class ClientGone(Exception):
@@ -140,19 +139,25 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         raise RuntimeError("the completion ended without a result")  # unreachable: events() ends with one
 
     async def unless_gone(request: Request, coro: Any) -> Any:
-        """Await ``coro`` while the client is connected; if it disconnects, cancel it (aborting its requests)."""
+        """Await ``coro`` while the client is connected; if it disconnects, cancel it (aborting its requests).
+
+        The body has been read, so the next ASGI message is ``http.disconnect``: the server delivers it the
+        moment the connection drops, and the request is aborted before the engine's next step.
+        """
         task = asyncio.ensure_future(coro)
+        watch = asyncio.ensure_future(request.receive())
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-                if done:
-                    return task.result()
-                if await request.is_disconnected():
-                    raise ClientGone()
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            if not watch.cancelled() and watch.exception() is None and watch.result().get("type") == "http.disconnect":
+                raise ClientGone()
+            return await task  # another message (none is expected): keep waiting for the reply
         finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            for t in (task, watch):
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(task, watch, return_exceptions=True)
 
     def with_seed(params: SamplingParams, i: int) -> SamplingParams:
         return params if params.seed is None else SamplingParams(**{**params.__dict__, "seed": params.seed + i})
