@@ -26,6 +26,7 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any, AsyncIterator
 
 from echo_rl.config import ConfigError
+from echo_rl.models.chat_template import TemplateLimitError
 from echo_rl.models.backbone import Completion, SamplingParams, TextDelta, TokenLogprob, Usage
 from echo_rl.models.local import ContextLengthError, LocalBackbone
 from echo_rl.utils.optional import require
@@ -243,6 +244,8 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
             prompt_ids = await run_in_threadpool(backbone.chat_prompt_ids, messages)
+        except TemplateLimitError as exc:  # the model's template is at fault, not the request
+            raise APIError(500, str(exc), type="server_error", code="chat_template_limit") from None
         except ConfigError as exc:
             raise APIError(400, str(exc), param="messages") from None
         max_tokens = req.max_completion_tokens or req.max_tokens or min(default_max_tokens,
