@@ -103,16 +103,23 @@ class TemplatePool:
         self._lock = threading.Lock()
 
     def _take(self) -> _Worker:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            grow = self._started < self.workers
+        """An idle process, else a new one while fewer than ``workers`` run, else wait for one (a busy one
+        that breaks is not given back, so the wait re-checks whether it may start a replacement)."""
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                grow = self._started < self.workers
+                if grow:
+                    self._started += 1
             if grow:
-                self._started += 1
-        if not grow:
-            return self._idle.get()
+                break
+            try:
+                return self._idle.get(timeout=0.05)
+            except queue.Empty:
+                continue
         try:
             return _Worker()
         except BaseException:

@@ -56,3 +56,28 @@ def test_sandbox_escapes_stay_refused(tokenizer):
     with pytest.raises(TemplateError, match="SecurityError|unsafe|undefined"):
         apply_chat_template(tokenizer, MESSAGES, add_generation_prompt=True,
                             chat_template="{{ ''.__class__.__mro__[1].__subclasses__() }}")
+
+
+def test_requests_waiting_for_a_renderer_get_one_after_a_hostile_render(tokenizer, monkeypatch):
+    """With one process and a hostile render holding it, a waiting render gets the replacement process."""
+    import threading
+
+    monkeypatch.setattr(ct, "RENDER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(ct, "_POOL", ct.TemplatePool(workers=1))
+    errors, texts = [], []
+
+    def hostile():
+        try:
+            apply_chat_template(tokenizer, MESSAGES, add_generation_prompt=True, chat_template=LOOPS)
+        except TemplateLimitError as exc:
+            errors.append(exc)
+
+    apply_chat_template(tokenizer, MESSAGES, add_generation_prompt=True)  # the one process is started
+    t = threading.Thread(target=hostile)
+    t.start()
+    while ct._POOL._idle.qsize():  # the hostile render holds the process
+        pass
+    texts.append(apply_chat_template(tokenizer, MESSAGES, add_generation_prompt=True))
+    t.join()
+    ct._POOL.close()
+    assert len(errors) == 1 and texts[0].startswith("<|im_start|>system")
