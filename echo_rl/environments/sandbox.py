@@ -139,7 +139,8 @@ def bwrap_command(python: str | None = None, *, seccomp_fd: int | None = None) -
     if bwrap is None:
         raise SandboxUnavailable(f"the code sandbox needs bubblewrap (`bwrap` is not on PATH): {INSTALL_HINT}")
     python = os.path.realpath(python or sys.executable)
-    cmd = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    cmd = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+           "--unshare-cgroup-try",
            "--as-pid-1", "--new-session", "--clearenv", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
            "--setenv", "PATH", "/usr/bin:/bin", "--hostname", "sandbox"]
     if os.geteuid() == 0:  # no user namespace: the worker becomes a real unprivileged uid itself

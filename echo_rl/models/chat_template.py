@@ -25,6 +25,7 @@ import queue
 import select
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -52,13 +53,21 @@ class _Worker:
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "HF_HOME")}
         env.update(TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
-        self.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_FILE), "--memory-bytes", str(MEMORY_BYTES)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=env, close_fds=True, start_new_session=True)
-        line = self._read(START_TIMEOUT_S)
-        if not line or json.loads(line).get("ready") is not True:
-            self.kill()
-            raise RuntimeError(f"the chat-template renderer did not start ({line[:200]!r})")
+        with tempfile.TemporaryFile() as err:
+            self.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_FILE), "--memory-bytes",
+                                          str(MEMORY_BYTES)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, env=env, close_fds=True, start_new_session=True)
+            try:
+                line = self._read(START_TIMEOUT_S)
+                ready = bool(line) and json.loads(line).get("ready") is True
+            except (TimeoutError, ValueError):
+                ready = False
+            if not ready:
+                self.kill()
+                err.seek(0)
+                why = err.read()[-300:].decode(errors="replace").strip().splitlines()
+                raise RuntimeError(f"the chat-template renderer ({sys.executable} -I {WORKER_FILE.name}) did not "
+                                   f"start: {why[-1] if why else 'no output'}")
 
     def _read(self, timeout: float) -> bytes:
         assert self.proc.stdout is not None
