@@ -24,7 +24,7 @@ from echo_rl.distributed import shm_ingest
 from echo_rl.distributed.learner_serving import serve_learner
 from echo_rl.distributed.limits import Closed as _Closed
 from echo_rl.distributed.limits import Timeout, recv_exact
-from echo_rl.distributed.tcp_ingest import ClientStats, Stream, read_stream
+from echo_rl.distributed.tcp_ingest import ClientStats, read_stream
 
 log = logging.getLogger("echo_rl.replay_server")
 
@@ -104,14 +104,16 @@ def serve_conn(server, conn: socket.socket, peer) -> None:
         if not isinstance(stream, str) or not 0 < len(stream) <= 64:
             raise P.ProtocolError(f"stream={P.short(stream)} is invalid: must be a non-empty string of <= 64 chars")
         conn.settimeout(None)
-        stats = server._stats.setdefault(cid, ClientStats())
-        stats.connections += 1
-        if role == "learner":
-            serve_learner(server, conn)
-        elif transport == "shm":
-            shm_ingest.serve_shm(server, conn, peer, cid, stats)
-        else:
-            serve_tcp_writer(server, conn, cid, stream, next_seq, stats)
+        stats = server._client_joined(cid)
+        try:
+            if role == "learner":
+                serve_learner(server, conn)
+            elif transport == "shm":
+                shm_ingest.serve_shm(server, conn, peer, cid, stats)
+            else:
+                serve_tcp_writer(server, conn, cid, stream, next_seq, stats)
+        finally:
+            server._client_left(cid, stats)
     except _Closed:
         pass
     except P.ProtocolError as exc:
@@ -152,9 +154,7 @@ def serve_tcp_writer(server, conn: socket.socket, cid: str, stream_id: str, clie
     """Take over the writer stream (a reconnect stops the lingering old connection first), WELCOME the
     writer with the sequence number to resume from, then read its DATA frames (:mod:`tcp_ingest`)."""
     with server._lock:
-        st = server._streams.get(stream_id)
-        if st is None:
-            st = server._streams[stream_id] = Stream(cid, client_next)
+        st = server._take_stream(stream_id, cid, client_next)
         old = st.conn
     if old is not None:  # a reconnect while the old connection lingers: it must stop first
         shutdown(old)
@@ -173,3 +173,4 @@ def serve_tcp_writer(server, conn: socket.socket, cid: str, stream_id: str, clie
         if st.conn is conn:
             st.conn = None
         st.lock.release()
+        server._stream_left(stream_id, st)

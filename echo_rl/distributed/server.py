@@ -22,6 +22,12 @@ the rate limiter and checkpoint lock, metrics); :mod:`connections` accepts peers
 and hands each to its role — :mod:`tcp_ingest` (TCP writers), :mod:`shm_ingest` (shared-memory
 writers), :mod:`learner_serving` (remote learners).
 
+Per-stream records: a writer stream's position (and a client's counters) is kept while it is connected
+and, after it disconnects, among the ``max_idle_streams`` most recently active ones, so a writer that
+reconnects soon keeps exactly-once; the oldest idle records are freed beyond that (a writer returning
+after its record was freed resumes from the position it sends). Many short-lived writers cost a bounded
+amount of memory.
+
 Limits (:mod:`limits`): a connection cap (over it: a retryable ERROR, no thread), a whole-handshake
 deadline, an idle timeout (a TCP writer or learner must complete a frame every ``idle_timeout``
 seconds: idle peers and slow-loris partial frames are dropped), receive buffers that grow only as
@@ -83,13 +89,16 @@ class ReplayServer:
     :class:`~echo_rl.distributed.limits.ServerLimits`.
     ``checkpoint_path``: restore from it at start if it exists; ``checkpoint_every``: seconds between
     automatic checkpoints to it (None: only explicit :meth:`checkpoint` calls).
+    ``max_idle_streams``: records of disconnected writer streams (and of clients with no connection) kept;
+    the least recently active beyond it are freed.
     """
 
     def __init__(self, buffer, host: str = "127.0.0.1", port: int = 0, *, shm_capacity: int = 1 << 16,
                  max_run: int = 4096, coalesce: int = 256, logger=None, secret: str | bytes | None = None,
                  max_connections: int = 256, handshake_timeout: float = 10.0, idle_timeout: float | None = 600.0,
                  max_rings: int = 64, max_rings_per_client: int = 4, max_reply_bytes: int = 1 << 30,
-                 checkpoint_path: str | os.PathLike | None = None, checkpoint_every: float | None = None):
+                 checkpoint_path: str | os.PathLike | None = None, checkpoint_every: float | None = None,
+                 max_idle_streams: int = 1024):
         if getattr(buffer, "schema", None) is None:
             raise ValueError("buffer has no schema yet: build it with example=<one sample> before serving it")
         if not 0 <= int(port) <= 65535:
@@ -110,8 +119,14 @@ class ReplayServer:
         self._sock: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
+        if isinstance(max_idle_streams, bool) or not isinstance(max_idle_streams, int) or max_idle_streams < 0:
+            raise ValueError(f"max_idle_streams={max_idle_streams!r} is invalid: must be an integer >= 0")
+        self.max_idle_streams = max_idle_streams
         self._streams: dict[str, Stream] = {}
         self._stats: dict[str, ClientStats] = {}
+        self._idle_streams: collections.OrderedDict[str, None] = collections.OrderedDict()  # oldest first
+        self._idle_clients: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._retired = ClientStats()  # totals of clients whose records were freed
         self._rings: dict[int, tuple[RingReader, str]] = {}
         self._ring_gone: set[int] = set()
         self._segments: set[str] = set()  # every /dev/shm segment this server created (removed on close)
@@ -139,6 +154,9 @@ class ReplayServer:
         self._stop.clear()
         if self.checkpoint_path is not None and os.path.exists(self.checkpoint_path) and not self._restored:
             ckpt.restore(self, self.checkpoint_path)
+            with self._lock:
+                self._idle_streams = collections.OrderedDict.fromkeys(self._streams)
+                self._trim_idle()
             self._note_stored()
         sock = socket.create_server((self.host, self.port), backlog=128)
         sock.settimeout(0.2)
@@ -309,7 +327,62 @@ class ReplayServer:
 
     @property
     def samples_added(self) -> int:
-        return int(sum(st.samples for st in self._stats.values()))
+        return int(self._retired.samples + sum(st.samples for st in list(self._stats.values())))
+
+    # ------------------------------------------------------------ per-stream records
+    def _take_stream(self, stream_id: str, cid: str, next_seq: int) -> Stream:
+        """The stream's record (a new one if unknown or freed); no longer idle. Call under ``_lock``."""
+        self._idle_streams.pop(stream_id, None)
+        st = self._streams.get(stream_id)
+        if st is None:
+            st = self._streams[stream_id] = Stream(cid, next_seq)
+        return st
+
+    def _stream_left(self, stream_id: str, st: Stream) -> None:
+        """Its connection ended: the record becomes idle, and the oldest idle ones beyond the cap are freed."""
+        with self._lock:
+            if st.conn is None and self._streams.get(stream_id) is st:
+                self._idle_streams[stream_id] = None
+                self._trim_idle()
+
+    def _client_joined(self, cid: str) -> ClientStats:
+        with self._lock:
+            self._idle_clients.pop(cid, None)
+            stats = self._stats.setdefault(cid, ClientStats())
+            stats.live += 1
+            stats.connections += 1
+            return stats
+
+    def _client_left(self, cid: str, stats: ClientStats) -> None:
+        with self._lock:
+            stats.live -= 1
+            if stats.live <= 0 and self._stats.get(cid) is stats:
+                self._idle_clients[cid] = None
+                self._trim_idle()
+
+    def _trim_idle(self) -> None:
+        """Free the least recently active idle records beyond ``max_idle_streams``. Call under ``_lock``."""
+        cap = self.max_idle_streams
+        while len(self._idle_streams) > cap:
+            sid, _ = self._idle_streams.popitem(last=False)
+            st = self._streams.get(sid)
+            if st is not None and st.conn is None and not st.lock.locked():
+                del self._streams[sid]
+        ringed = {c for _, c in self._rings.values()}  # a ring being drained still counts into its client
+        for _ in range(len(self._idle_clients)):
+            if len(self._idle_clients) <= cap:
+                break
+            cid, _ = self._idle_clients.popitem(last=False)
+            st = self._stats.get(cid)
+            if st is None or st.live > 0:
+                continue
+            if cid in ringed:
+                self._idle_clients[cid] = None  # freed on a later pass, once its ring is gone
+                continue
+            del self._stats[cid]
+            r = self._retired
+            r.samples, r.frames, r.bytes = r.samples + st.samples, r.frames + st.frames, r.bytes + st.bytes
+            r.duplicates, r.connections = r.duplicates + st.duplicates, r.connections + st.connections
 
     def stream_next_seq(self, stream: str) -> int | None:
         """Next sequence number expected from a TCP writer stream (None if unknown)."""

@@ -49,6 +49,7 @@ class ClientStats:
     window_start: float = field(default_factory=time.monotonic)
     window_samples: int = 0
     rate: float = 0.0
+    live: int = 0  # open connections of this client
 
     def note(self, n: int, nbytes: int) -> None:
         self.samples += n

@@ -25,7 +25,7 @@ import concurrent.futures
 import itertools
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import torch
 
@@ -46,6 +46,7 @@ from echo_rl.engine.request import (  # noqa: F401 - ContextLengthError, Generat
     check_plan,
     check_prompt,
     check_reward_estimate,
+    deliver_tokens,
     int_list,
 )
 from echo_rl.engine.sampling import SamplingParams, choose_token
@@ -93,6 +94,8 @@ class AsyncExecutionEngine(EngineFrontend):
         self._inbox: collections.deque[Request] = collections.deque()
         self._waiting: list[Request] = []
         self._running: list[Running] = []
+        self._emitted: list[tuple[Request, int, float]] = []  # tokens of the last step, for on_token hooks
+        self._keyed: dict[Hashable, Request] = {}  # requests submitted with a request_id (abort() finds them)
         self._ids = itertools.count()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._task: asyncio.Task | None = None
@@ -132,14 +135,18 @@ class AsyncExecutionEngine(EngineFrontend):
     async def generate(self, prompt_ids: Sequence[int], *, max_new_tokens: int = 16, temperature: float = 0.0,
                        top_p: float = 1.0, top_k: int = 0, stop_token_ids: Sequence[int] | None = None,
                        seed: int | None = None, plan_embeddings: torch.Tensor | None = None,
-                       reward_estimate: float = 1.0) -> GenerationResult:
+                       reward_estimate: float = 1.0, on_token: Callable[[int, float], None] | None = None,
+                       request_id: Hashable | None = None) -> GenerationResult:
         """Generate up to ``max_new_tokens`` after ``prompt_ids``.
 
         ``plan_embeddings`` ``[P, hidden]`` are soft-prefix rows placed after the
         prompt, right before generation (the prompt stays reusable from the
         cache; the plan and what follows it are not cached). ``stop_token_ids``
         None means the model's EOS; pass ``()`` to never stop early.
-        ``reward_estimate`` is r in the scheduling priority.
+        ``reward_estimate`` is r in the scheduling priority. ``on_token(token, logprob)``
+        is called on this event loop for each token as it is decoded (before the
+        result is set; :meth:`stream` is the iterator form). ``request_id``: a key
+        for :meth:`abort`; cancelling this coroutine aborts the request too.
         """
         if self._task is None or self._stopping:
             raise EngineClosedError("engine is not running: call `await engine.start()` or use `async with engine`")
@@ -157,6 +164,11 @@ class AsyncExecutionEngine(EngineFrontend):
         loop = asyncio.get_running_loop()
         req = Request(next(self._ids), prompt, params, plan, reward, time.perf_counter(), loop.create_future(), loop)
         check_context(req.num_inputs, max_new_tokens, self.max_context)
+        req.on_token = on_token
+        if request_id is not None:
+            if request_id in self._keyed:
+                raise ValueError(f"request_id={request_id!r} is already in flight")
+            self._keyed[request_id] = req
         self._inbox.append(req)
         self._wake.set()
         try:
@@ -165,6 +177,19 @@ class AsyncExecutionEngine(EngineFrontend):
             req.cancelled = True  # the worker drops it and releases its pins at the next step
             self._wake.set()
             raise
+        finally:
+            if request_id is not None:
+                self._keyed.pop(request_id, None)
+
+    def abort(self, request_id: Hashable) -> bool:
+        """Stop the request submitted with ``request_id`` (any thread): the next step drops it and frees its slot,
+        and its ``generate`` raises CancelledError. False if no such request is in flight."""
+        req = self._keyed.get(request_id)
+        if req is None or req.future.done():
+            return False
+        req.cancelled = True
+        req.loop.call_soon_threadsafe(req.future.cancel)  # its generate() wakes the loop on the way out
+        return True
 
     async def update_weights(self, state_dict: dict | None = None, version: int | None = None, *,
                              modules: dict[str, dict] | None = None) -> int:
@@ -244,6 +269,8 @@ class AsyncExecutionEngine(EngineFrontend):
             except Exception as exc:  # a broken step fails everyone in flight, loudly
                 with self._state_lock:
                     done = self._fail_all(exc)
+            emitted, self._emitted = self._emitted, []
+            deliver_tokens(emitted)
             self._resolve(done)
             await asyncio.sleep(0)  # let finished callers submit their next turn
 
@@ -319,6 +346,8 @@ class AsyncExecutionEngine(EngineFrontend):
                 seq.out.append(tok)
                 seq.logprobs.append(lp)
                 seq.versions.append(self.policy_version)
+                if seq.req.on_token is not None:
+                    self._emitted.append((seq.req, tok, lp))
                 if len(seq.out) == 1 and seq.start_version == self.policy_version:
                     # Prefill done: share the prompt now, so requests waiting on it (and siblings) reuse it.
                     n = len(seq.req.prompt)

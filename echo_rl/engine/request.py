@@ -14,7 +14,7 @@ import asyncio
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 import torch
 
@@ -118,6 +118,23 @@ class EngineFrontend:
             generate_kwargs["reward_estimate"] = priority
         return await self.generate(state_sequence, **generate_kwargs)
 
+    async def stream(self, prompt_ids: Sequence[int], **generate_kwargs: Any) -> AsyncIterator[Any]:
+        """``generate`` as an async iterator: ``(token, logprob)`` pairs as they are decoded, then the
+        :class:`GenerationResult` (or the request's error). Leaving the loop early (``break``, an exception,
+        ``aclose()``, a cancelled task) aborts the request, so its engine slot is freed at the next step.
+        Needs a backend whose ``generate`` takes ``on_token``."""
+        queue: asyncio.Queue = asyncio.Queue()
+        task = asyncio.ensure_future(self.generate(prompt_ids, on_token=lambda t, lp: queue.put_nowait((t, lp)),
+                                                   **generate_kwargs))
+        task.add_done_callback(lambda _: queue.put_nowait(None))  # after every token: they were put first
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+            yield task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+
 
 @dataclass(eq=False)
 class Request:
@@ -132,10 +149,24 @@ class Request:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     cancelled: bool = False
+    on_token: Any = None  # Callable[[int, float], None]: called on ``loop`` with each decoded token
 
     @property
     def num_inputs(self) -> int:
         return len(self.prompt) + (0 if self.plan is None else int(self.plan.shape[0]))
+
+
+def deliver_tokens(emitted: list[tuple[Request, int, float]]) -> None:
+    """Hand one step's tokens to their requests' ``on_token`` hooks, on the loop; a failing hook fails its
+    request alone (the worker drops it at the next step)."""
+    for req, tok, lp in emitted:
+        if req.cancelled or req.future.done():
+            continue
+        try:
+            req.on_token(tok, lp)
+        except Exception as exc:  # noqa: BLE001 - the caller's hook, not the engine
+            req.cancelled = True
+            req.future.set_exception(RequestFailedError(f"request {req.rid}: on_token raised {exc!r}"))
 
 
 @dataclass(eq=False)

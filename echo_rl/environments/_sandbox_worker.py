@@ -116,7 +116,9 @@ def _read_report(rfd, timeout):
         left = end - time.monotonic()
         if left <= 0:
             return None, True
-        ready, _, _ = select.select([rfd], [], [], left)
+        ready, _, _ = select.select([rfd, 0], [], [], left)
+        if 0 in ready:
+            _host_gone()
         if not ready:
             continue
         data = os.read(rfd, 65536)
@@ -126,6 +128,14 @@ def _read_report(rfd, timeout):
         if size > MAX_REPORT_BYTES:
             return b"", False
         chunks.append(data)
+
+
+def _host_gone():
+    """stdin is readable mid-check: EOF, as the host sends nothing until it has the reply. The host (and bwrap,
+    ``--die-with-parent``) died. bwrap's death signal does not reach us when started as root (we changed uid),
+    so end the check and the whole namespace now rather than at the check's timeout."""
+    _kill_all_but_me()
+    os._exit(0)
 
 
 def _kill_all_but_me():

@@ -15,6 +15,12 @@ costs a fork, not an interpreter start. The boundary (docs/environments.md,
   a fresh /proc and /dev; the only writable places are a size-capped tmpfs
   /tmp and /dev/shm, emptied after every check; no host file, /etc or $HOME;
 - a clean environment (``--clearenv``): no host variables, no API keys;
+- no new user namespaces inside (a user namespace would hand the check a full
+  capability set over its own mounts and namespaces): ``--disable-userns``
+  where bwrap makes one, and a seccomp filter that refuses ``unshare`` /
+  ``clone`` with CLONE_NEWUSER (and ``clone3``, so libc falls back to
+  ``clone``) in every case, which also covers a host running as root;
+- ``--die-with-parent``: a killed host takes its sandboxes with it;
 - per check: rlimits on CPU, address space, file size, open files and
   processes (RLIMIT_NPROC = 0 holds, as the uid is unprivileged), and, at the
   end or on timeout, ``kill(-1, SIGKILL)`` from PID 1 removes every process of
@@ -29,11 +35,14 @@ first use (or ``start()``) and stops on ``close()`` / context exit / exit.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import os
+import platform
 import queue
 import select
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -77,19 +86,69 @@ class ExecResult:
         return self.status == "passed"
 
 
-def bwrap_command(python: str | None = None) -> list[str]:
-    """The bubblewrap command line of one worker (raises SandboxUnavailable without ``bwrap``)."""
+# seccomp_data: nr at 0, arch at 4, args[0] (low 32 bits, little-endian) at 16.
+# machine -> (AUDIT_ARCH, unshare, clone, clone3) syscall numbers.
+_SYSCALLS = {"x86_64": (0xC000003E, 272, 56, 435), "aarch64": (0xC00000B7, 97, 220, 435)}
+CLONE_NEWUSER = 0x10000000
+
+
+def userns_filter() -> bytes | None:
+    """A classic-BPF seccomp program refusing new user namespaces (None on an architecture not listed).
+
+    ``unshare``/``clone`` with CLONE_NEWUSER get EPERM; ``clone3`` (flags in
+    memory BPF cannot read) gets ENOSYS, on which libc falls back to ``clone``;
+    any syscall of a foreign ABI (32-bit calls on a 64-bit host) gets EPERM.
+    """
+    nums = _SYSCALLS.get(platform.machine())
+    if nums is None:
+        return None
+    arch, unshare, clone, clone3 = nums
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    prog = [(ld, 0, 0, 4), (jeq, 0, 8, arch),          # 0-1: a foreign ABI -> 10
+            (ld, 0, 0, 0), (jeq, 7, 0, clone3),        # 2-3: clone3 -> 11
+            (jeq, 2, 0, unshare), (jeq, 1, 0, clone),  # 4-5: -> 7
+            (ret, 0, 0, allow),                        # 6
+            (ld, 0, 0, 16), (jset, 1, 0, CLONE_NEWUSER),  # 7-8: flags & CLONE_NEWUSER -> 10
+            (ret, 0, 0, allow),                        # 9
+            (ret, 0, 0, eperm), (ret, 0, 0, enosys)]   # 10, 11
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def seccomp_fd() -> int | None:
+    """A readable fd holding :func:`userns_filter` for ``bwrap_command(seccomp_fd=...)``; the caller passes it
+    to the child (``pass_fds``) and closes it after the start. None where no filter exists for this machine."""
+    prog = userns_filter()
+    if prog is None:
+        return None
+    r, w = os.pipe()
+    try:
+        os.write(w, prog)  # a few hundred bytes: fits the pipe buffer, no reader needed yet
+    finally:
+        os.close(w)
+    return r
+
+
+def bwrap_command(python: str | None = None, *, seccomp_fd: int | None = None) -> list[str]:
+    """The bubblewrap command line of one worker (raises SandboxUnavailable without ``bwrap``).
+
+    ``seccomp_fd`` (from :func:`seccomp_fd`) adds the filter that refuses new
+    user namespaces; without it a sandbox started as root can still make one.
+    """
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(f"the code sandbox needs bubblewrap (`bwrap` is not on PATH): {INSTALL_HINT}")
     python = os.path.realpath(python or sys.executable)
-    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    cmd = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+           "--unshare-cgroup-try",
            "--as-pid-1", "--new-session", "--clearenv", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
            "--setenv", "PATH", "/usr/bin:/bin", "--hostname", "sandbox"]
     if os.geteuid() == 0:  # no user namespace: the worker becomes a real unprivileged uid itself
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         cmd += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--disable-userns"]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
     cmd += ["--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(d):
@@ -125,11 +184,13 @@ class _Worker:
     def __init__(self) -> None:
         self.stderr = tempfile.TemporaryFile()
         info_r, info_w = os.pipe()
-        cmd = [str(info_w) if a == "{info_fd}" else a for a in bwrap_command()]
+        filter_fd = seccomp_fd()
+        cmd = [str(info_w) if a == "{info_fd}" else a for a in bwrap_command(seccomp_fd=filter_fd)]
         self.sandbox_pid: int | None = None
         try:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                         start_new_session=True, cwd="/", close_fds=True, pass_fds=(info_w,),
+                                         start_new_session=True, cwd="/", close_fds=True,
+                                         pass_fds=(info_w,) if filter_fd is None else (info_w, filter_fd),
                                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
         except OSError as exc:
             os.close(info_r)
@@ -137,6 +198,8 @@ class _Worker:
             raise SandboxUnavailable(f"could not run {cmd[0]} ({exc}); {INSTALL_HINT}") from None
         finally:
             os.close(info_w)
+            if filter_fd is not None:
+                os.close(filter_fd)
         try:
             with os.fdopen(info_r, "rb") as info:
                 self.sandbox_pid = json.loads(info.read() or b"{}").get("child-pid")

@@ -226,8 +226,10 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
     model.generation_config = quantized.generation_config
     model.eval().save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    probe = tokenizer.apply_chat_template([{"role": "user", "content": "Say hello."}], add_generation_prompt=True,
-                                          tokenize=False)
+    from echo_rl.models.chat_template import apply_chat_template
+
+    probe = apply_chat_template(tokenizer, [{"role": "user", "content": "Say hello."}],  # a hub file: under limits
+                                add_generation_prompt=True)
     ids = torch.tensor([tokenizer(probe, add_special_tokens=False)["input_ids"]])
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True,
                                                                  dtype=torch.float32, trust_remote_code=False)

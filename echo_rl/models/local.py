@@ -154,8 +154,11 @@ class LocalBackbone(Backbone):
     def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"checkpoint {str(self.path)!r} has no chat template; use complete() for raw text")
-        return self.tokenizer.apply_chat_template(check_messages(messages), tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+        from echo_rl.models.chat_template import apply_chat_template
+
+        # the template came from the checkpoint directory: rendered under time/memory/size limits
+        return apply_chat_template(self.tokenizer, check_messages(messages),
+                                   add_generation_prompt=add_generation_prompt)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -6,30 +6,37 @@ log-probs and usage. Every error is a JSON body in the OpenAI shape
 ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status for bad
 input, and the server keeps serving. Generation runs on one shared execution
 engine (``engine_host``): concurrent requests decode in one packed forward per
-token and share its radix prefix cache. The engine returns a request when it
-is done, so a stream's chunks are sent once its generation has finished.
-Stop strings are cut from the decoded text; reported log-probs are the
-model's (temperature 1, as vLLM reports them), from one teacher-forced forward.
+token and share its radix prefix cache. Replies are built as the engine
+decodes (``stream_text``): a stream sends each piece of text as soon as it is
+final, holding back only what could still become a stop string, and a stop
+string ends the request in the engine. A client that disconnects (a stream
+closed, or a non-streaming request whose connection drops) has its request
+aborted, freeing its engine slot at the next step. Reported log-probs are the
+model's (temperature 1, as vLLM reports them), from teacher-forced forwards.
 
 (No ``from __future__ import annotations`` here: FastAPI must resolve the
 route signatures' names, which are imported inside :func:`create_app`.)
 """
 
 import asyncio
-import itertools
 import json
 import time
 import uuid
-from contextlib import asynccontextmanager
-from typing import Any, Iterator, Sequence
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, AsyncIterator
 
 from echo_rl.config import ConfigError
+from echo_rl.models.chat_template import TemplateLimitError
 from echo_rl.models.backbone import Completion, SamplingParams, TextDelta, TokenLogprob, Usage
 from echo_rl.models.local import ContextLengthError, LocalBackbone
 from echo_rl.utils.optional import require
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_JSON_DEPTH = 32  # the deepest valid body is 5 levels; deeper input is refused before validation
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its reply was ready (the request was aborted)."""
 
 
 class APIError(Exception):
@@ -54,14 +61,15 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
     from pydantic import ValidationError
-    from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from echo_rl.serve.schemas import ChatCompletionRequest, CompletionRequest
 
     if not isinstance(backbone, LocalBackbone):
         raise ConfigError(f"echo-rl serve needs a local backbone (checkpoint path or tiny), got {backbone!r}")
-    from echo_rl.serve.engine_host import EngineHost
+    from echo_rl.serve.engine_host import EngineHost, Generated
+    from echo_rl.serve.stream_text import StreamText
 
     name = model_name or backbone.name
     created = int(time.time())
@@ -75,23 +83,82 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     app = fastapi.FastAPI(title="echo-rl serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.engine_host = host
 
+    async def events(prompt_ids: list[int], params: SamplingParams,
+                     stream: bool) -> AsyncIterator[TextDelta | Completion]:
+        """One completion as the engine decodes it: text pieces as they become final, then the Completion.
+
+        A stop string ends the request in the engine. Log-probs, when asked, are scored per piece when
+        ``stream`` (one forward over the history each) and once at the end otherwise. Closing this
+        iterator early aborts the request.
+        """
+        text = StreamText(backbone.tokenizer, params.stop)
+        sampled, finish, scored, lps = 0, "length", 0, []
+
+        async def piece(part: str) -> TextDelta:
+            nonlocal scored
+            toks: list[TokenLogprob] = []
+            if stream and params.logprobs:
+                upto = len(text.kept) if text.stopped else len(text.ids)
+                toks = await run_in_threadpool(_score, backbone, list(prompt_ids) + text.ids[:scored],
+                                               text.ids[scored:upto], params.top_logprobs)
+                scored = upto
+            lps.extend(toks)
+            return TextDelta(part, toks)
+
+        async with aclosing(host.stream(prompt_ids, max_tokens=params.max_tokens, temperature=params.temperature,
+                                        top_p=params.top_p, seed=params.seed)) as tokens:
+            async for item in tokens:
+                if isinstance(item, Generated):
+                    finish = item.finish_reason
+                    break
+                sampled += 1
+                if item in host.stop_ids:  # EOS: it ends the request and carries no text
+                    continue
+                part = text.push(item)
+                if part or (text.stopped and stream and params.logprobs):
+                    yield await piece(part)
+                if text.stopped:
+                    break  # leaving the stream aborts the request: no token past the stop string is computed
+        if not text.stopped:
+            part = text.finish()
+            if part or (stream and params.logprobs and scored < len(text.ids)):
+                yield await piece(part)
+        kept = text.kept
+        if params.logprobs and not stream:
+            lps = await run_in_threadpool(_score, backbone, prompt_ids, kept, params.top_logprobs)
+        usage = Usage(len(prompt_ids), text.used if text.stopped else sampled, 0.0, 1)
+        backbone._record(usage)
+        yield Completion(text.text[:text.sent], "stop" if text.stopped else finish, usage, name, token_ids=kept,
+                         prompt_token_ids=list(prompt_ids), logprobs=lps if params.logprobs else None)
+
     async def run_one(prompt_ids: list[int], params: SamplingParams) -> Completion:
         """One completion through the shared engine, with serve's stop strings, usage and log-probs."""
-        out = await host.generate(prompt_ids, max_tokens=params.max_tokens, temperature=params.temperature,
-                                  top_p=params.top_p, seed=params.seed)
-        ids = out.token_ids
-        body = ids[:-1] if out.finish_reason == "stop" and ids and ids[-1] in backbone.eos_ids else ids
-        text, kept, used = _assemble(backbone.tokenizer, body, params.stop)
-        hit = used is not None  # a stop string ended it there; else every sampled token (EOS too) counts
-        finish = "stop" if hit or out.finish_reason == "stop" else "length"
-        used = used if hit else len(ids)
-        lps = None
-        if params.logprobs:
-            lps = await run_in_threadpool(_score, backbone, prompt_ids, kept, params.top_logprobs)
-        usage = Usage(len(prompt_ids), used, 0.0, 1)
-        backbone._record(usage)
-        return Completion(text, finish, usage, name, token_ids=kept, prompt_token_ids=list(prompt_ids),
-                          logprobs=lps)
+        async with aclosing(events(prompt_ids, params, stream=False)) as items:
+            async for item in items:
+                if isinstance(item, Completion):
+                    return item
+        raise RuntimeError("the completion ended without a result")  # unreachable: events() ends with one
+
+    async def unless_gone(request: Request, coro: Any) -> Any:
+        """Await ``coro`` while the client is connected; if it disconnects, cancel it (aborting its requests).
+
+        The body has been read, so the next ASGI message is ``http.disconnect``: the server delivers it the
+        moment the connection drops, and the request is aborted before the engine's next step.
+        """
+        task = asyncio.ensure_future(coro)
+        watch = asyncio.ensure_future(request.receive())
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            if not watch.cancelled() and watch.exception() is None and watch.result().get("type") == "http.disconnect":
+                raise ClientGone()
+            return await task  # another message (none is expected): keep waiting for the reply
+        finally:
+            for t in (task, watch):
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(task, watch, return_exceptions=True)
 
     def with_seed(params: SamplingParams, i: int) -> SamplingParams:
         return params if params.seed is None else SamplingParams(**{**params.__dict__, "seed": params.seed + i})
@@ -108,6 +175,10 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
         return error_response(exc)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_: Request, exc: ClientGone) -> JSONResponse:  # nobody reads it; nginx's 499
+        return error_response(APIError(499, "the client closed the request", code="client_closed_request"))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -173,6 +244,8 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
             prompt_ids = await run_in_threadpool(backbone.chat_prompt_ids, messages)
+        except TemplateLimitError as exc:  # the model's template is at fault, not the request
+            raise APIError(500, str(exc), type="server_error", code="chat_template_limit") from None
         except ConfigError as exc:
             raise APIError(400, str(exc), param="messages") from None
         max_tokens = req.max_completion_tokens or req.max_tokens or min(default_max_tokens,
@@ -183,13 +256,18 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             if req.n != 1:
                 raise APIError(400, "n must be 1 when stream is true", param="n")
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            gen = _deltas(backbone.tokenizer, await run_one(prompt_ids, params))
-            # the first item is computed before the 200 goes out, so a request that fails at once gets a status
-            first = await run_in_threadpool(next, gen, None)
-            return StreamingResponse(iterate_in_threadpool(_chat_stream(rid, gen, first, params, include_usage)),
+            gen = events(prompt_ids, params, stream=True)
+            # the first piece is awaited before the 200 goes out, so a request that fails at once gets a status
+            try:
+                first = await unless_gone(request, gen.__anext__())
+            except BaseException:
+                await gen.aclose()
+                raise
+            return StreamingResponse(_chat_stream(rid, gen, first, params, include_usage),
                                      media_type="text/event-stream")
         choices, usage = [], {"prompt_tokens": len(prompt_ids), "completion_tokens": 0}
-        dones = await asyncio.gather(*(run_one(prompt_ids, with_seed(params, i)) for i in range(req.n)))
+        dones = await unless_gone(request, asyncio.gather(*(run_one(prompt_ids, with_seed(params, i))
+                                                           for i in range(req.n))))
         for i, done in enumerate(dones):
             usage["completion_tokens"] += done.usage.completion_tokens
             choices.append({"index": i, "message": {"role": "assistant", "content": done.text},
@@ -199,18 +277,25 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": name,
                 "choices": choices, "usage": usage}
 
-    def _chat_stream(rid: str, gen: Iterator, first: Any, params: SamplingParams,
-                     include_usage: bool) -> Iterator[str]:
-        """The SSE body. A failure after the 200 is sent as an ``error`` event, then the stream ends cleanly."""
+    async def _chat_stream(rid: str, gen: AsyncIterator, first: Any, params: SamplingParams,
+                           include_usage: bool) -> AsyncIterator[str]:
+        """The SSE body, sent as the engine decodes. A failure after the 200 is sent as an ``error`` event, then
+        the stream ends cleanly. A client that disconnects cancels this (Starlette listens for it), and closing
+        ``gen`` aborts the request in the engine."""
         def chunk(delta: dict, finish: str | None = None, **extra: Any) -> str:
             body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": name,
                     "choices": [{"index": 0, "delta": delta, "logprobs": extra.pop("logprobs", None),
                                  "finish_reason": finish}], **extra}
             return f"data: {json.dumps(body)}\n\n"
 
+        async def items() -> AsyncIterator:
+            yield first
+            async for item in gen:
+                yield item
+
         yield chunk({"role": "assistant", "content": ""})
         try:
-            for item in itertools.chain([first] if first is not None else [], gen):
+            async for item in items():
                 if isinstance(item, Completion):
                     yield chunk({}, item.finish_reason)
                     if include_usage:
@@ -229,7 +314,7 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
                            type=kind)
             yield f"data: {json.dumps(err.body())}\n\n"
         finally:
-            gen.close()
+            await gen.aclose()
         yield "data: [DONE]\n\n"
 
     @app.post("/v1/completions")
@@ -259,7 +344,8 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         if max_tokens == 0:
             dones = [Completion("", "length", Usage(len(prompt_ids), 0), name, [], prompt_ids, [])] * req.n
         else:
-            dones = await asyncio.gather(*(run_one(prompt_ids, with_seed(params, i)) for i in range(req.n)))
+            dones = await unless_gone(request, asyncio.gather(*(run_one(prompt_ids, with_seed(params, i))
+                                                               for i in range(req.n))))
         for i, done in enumerate(dones):
             completion_tokens += done.usage.completion_tokens
             text = (prompts[0] if req.echo else "") + done.text
@@ -277,25 +363,6 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         return error_response(APIError(400, str(exc), code="context_length_exceeded"))
 
     return app
-
-
-def _assemble(tokenizer: Any, ids: list[int], stops: Sequence[str]) -> tuple[str, list[int], int | None]:
-    """``(text, kept token ids, tokens used)`` of a generation, cut at the first stop string (used None: none).
-
-    Token by token as :meth:`LocalBackbone.stream_ids` does, so the cut (and the
-    tokens counted up to it) are those a streaming decoder would have stopped at.
-    """
-    text = tokenizer.decode(ids)
-    if not stops or not any(s in text for s in stops):
-        return text, list(ids), None
-    for n in range(1, len(ids) + 1):
-        part = tokenizer.decode(ids[:n])
-        hits = [i for i in (part.find(s) for s in stops) if i >= 0]
-        if hits:
-            cut = min(hits)
-            keep = next((k for k in range(n + 1) if len(tokenizer.decode(ids[:k])) >= cut), n)
-            return part[:cut], list(ids[:keep]), n
-    return text, list(ids), None  # unreachable: the full text holds a stop string
 
 
 def _score(backbone: LocalBackbone, prompt_ids: list[int], ids: list[int], top: int) -> list[TokenLogprob]:
@@ -316,21 +383,6 @@ def _score(backbone: LocalBackbone, prompt_ids: list[int], ids: list[int], top: 
             alts = [(decode([int(i)]), float(v)) for v, i in zip(vals, idx)]
         out.append(TokenLogprob(decode([tok]), float(row[tok]), tok, alts))
     return out
-
-
-def _deltas(tokenizer: Any, done: Completion) -> Iterator[TextDelta | Completion]:
-    """A finished completion as stream pieces: one per token whose text is final, then the completion itself."""
-    lps, text, ids = done.logprobs or [], done.text, done.token_ids or []
-    sent = tok_sent = 0
-    for n in range(1, len(ids) + 1):
-        part = tokenizer.decode(ids[:n])
-        safe = min(len(part) - part.endswith("\ufffd"), len(text))  # half a UTF-8 character waits
-        if safe > sent:
-            yield TextDelta(text[sent:safe], lps[tok_sent:n])
-            sent, tok_sent = safe, n
-    if len(text) > sent or lps[tok_sent:]:
-        yield TextDelta(text[sent:], lps[tok_sent:])
-    yield done
 
 
 def parse_json(raw: bytes) -> Any:

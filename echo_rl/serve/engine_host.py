@@ -5,7 +5,9 @@ concurrent requests decode together, one packed forward per token, and share
 the radix prefix cache (a common system prompt is computed once). The engine
 lives on a private asyncio loop in a daemon thread, so it does not depend on
 which loop the HTTP server runs (uvicorn, a test client) and a request handler
-only waits on a future. Engine faults become :class:`~echo_rl.serve.app.APIError`
+only waits on a future (or, streaming, a queue the engine's per-token hook fills).
+Leaving a stream early (the client went away) cancels the request: the engine
+drops it and frees its slot at its next step. Engine faults become :class:`~echo_rl.serve.app.APIError`
 here, so the server has one error type.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncIterator
 
 from echo_rl.config import ConfigError
 
@@ -70,24 +72,44 @@ class EngineHost:
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
                        seed: int | None) -> Generated:
         """Submit one request to the shared engine and wait for it (a cancelled wait cancels the request)."""
-        from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError
-        from echo_rl.serve.app import APIError
-
         loop = self._ensure_started()
         coro = self.engine.generate(prompt_ids, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                     stop_token_ids=self.stop_ids, seed=seed)
-        try:
-            res = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
-        except ContextLengthError as exc:
-            raise APIError(400, f"This model's maximum context length is exceeded: {exc}", param="max_tokens",
-                           code="context_length_exceeded") from None
-        except (EngineClosedError, TimeoutError) as exc:
-            raise APIError(503, f"the engine cannot take the request now: {exc}", type="server_error") from None
-        except RequestFailedError as exc:
-            raise APIError(500, f"internal error: {exc}", type="server_error") from None
-        except ValueError as exc:  # the engine refused the input
-            raise APIError(400, str(exc)) from None
+        fut = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+        res = await _api_errors_async(fut)
         return Generated(list(res.token_ids), res.finish_reason)
+
+    async def stream(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
+                     seed: int | None) -> AsyncIterator[int | Generated]:
+        """Sampled token ids as the engine decodes them, then the :class:`Generated`; closing the iterator
+        (or cancelling its consumer) aborts the request in the engine."""
+        loop = self._ensure_started()
+        here = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        end = object()
+
+        async def pump() -> None:  # on the engine's loop
+            async for item in self.engine.stream(prompt_ids, max_new_tokens=max_tokens, temperature=temperature,
+                                                 top_p=top_p, stop_token_ids=self.stop_ids, seed=seed):
+                here.call_soon_threadsafe(queue.put_nowait, item)
+
+        fut = asyncio.run_coroutine_threadsafe(pump(), loop)
+        def finished(_: Any) -> None:
+            try:
+                here.call_soon_threadsafe(queue.put_nowait, end)
+            except RuntimeError:  # the consumer's loop is closed: nobody is waiting
+                pass
+
+        fut.add_done_callback(finished)
+        try:
+            while (item := await queue.get()) is not end:
+                if isinstance(item, tuple):
+                    yield int(item[0])
+                else:
+                    yield Generated(list(item.token_ids), item.finish_reason)
+            _api_errors(fut.result)
+        finally:
+            fut.cancel()  # cancels pump() on the engine's loop, which aborts the request (a no-op once done)
 
     def snapshot(self) -> dict[str, float]:
         return self.engine.snapshot()
@@ -103,3 +125,34 @@ class EngineHost:
         if thread is not None:
             thread.join(timeout)
         loop.close()
+
+
+async def _api_errors_async(fut: Any) -> Any:
+    try:
+        return await fut
+    except Exception as exc:  # noqa: BLE001 - mapped below, or re-raised
+        raise _as_api_error(exc) from None
+
+
+def _api_errors(result: Any) -> Any:
+    try:
+        return result()
+    except Exception as exc:  # noqa: BLE001 - mapped below, or re-raised
+        raise _as_api_error(exc) from None
+
+
+def _as_api_error(exc: Exception) -> Exception:
+    """The engine's errors as serve's one error type (anything else is returned as it is)."""
+    from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError
+    from echo_rl.serve.app import APIError
+
+    if isinstance(exc, ContextLengthError):
+        return APIError(400, f"This model's maximum context length is exceeded: {exc}", param="max_tokens",
+                        code="context_length_exceeded")
+    if isinstance(exc, (EngineClosedError, TimeoutError)):
+        return APIError(503, f"the engine cannot take the request now: {exc}", type="server_error")
+    if isinstance(exc, RequestFailedError):
+        return APIError(500, f"internal error: {exc}", type="server_error")
+    if isinstance(exc, ValueError):  # the engine refused the input
+        return APIError(400, str(exc))
+    return exc

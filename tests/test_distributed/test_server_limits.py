@@ -64,6 +64,7 @@ def _welcomed(srv, stream="s1", role="writer") -> socket.socket:
     ({"handshake_timeout": None}, "handshake_timeout=None is invalid"),
     ({"max_rings_per_client": -1}, "max_rings_per_client=-1 is invalid"),
     ({"secret": ""}, "secret is invalid"),
+    ({"max_idle_streams": -1}, "max_idle_streams=-1 is invalid"),
 ])
 def test_bad_limits_are_refused_naming_the_setting(buffer, kw, message):
     with pytest.raises(ValueError, match=message):
@@ -247,3 +248,29 @@ def test_learner_batch_over_the_reply_limit_is_refused_clearly(buffer):
             assert len(learner.sample(10).indices) == 10
             with pytest.raises(ReplayServerError, match="SAMPLE count=1000 asks for .* max_reply_bytes=10000"):
                 learner.sample(1000)
+
+
+def test_records_of_gone_streams_are_freed_beyond_the_cap(buffer):
+    """Many short-lived writers, each with a new stream and client id, leave at most the cap of records."""
+    with ReplayServer(buffer, max_idle_streams=8) as srv:
+        for i in range(300):
+            with ReplayClient(srv.address, example(), transport="tcp", client_id=f"c{i}") as c:
+                c.send(make(i, 0))
+                c.flush(wait=True, timeout=20)
+        assert _wait(lambda: not srv._conns)
+        assert len(srv._streams) <= 8 and len(srv._stats) <= 8, (len(srv._streams), len(srv._stats))
+        assert srv.samples_added == 300  # counters of freed clients are kept in the total
+        recent = next(reversed(srv._idle_streams))
+        assert srv.stream_next_seq(recent) == 1  # the most recent idle streams keep their position
+
+
+def test_a_reconnecting_recent_stream_keeps_its_position(buffer):
+    with ReplayServer(buffer, max_idle_streams=2) as srv:
+        _welcomed(srv, "keep").close()
+        assert _wait(lambda: not srv._conns)
+        srv._streams["keep"].next_seq = 5  # as if 5 samples had been stored
+        s = socket.create_connection(srv.address, timeout=10)
+        s.sendall(_hello(srv, "keep"))
+        ftype, _, count, seq = P.unpack_header(s.recv(P.HEADER_SIZE, socket.MSG_WAITALL))
+        s.close()
+        assert ftype == P.WELCOME and seq == 5

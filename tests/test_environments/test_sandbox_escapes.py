@@ -183,3 +183,54 @@ def test_a_bubblewrap_that_cannot_sandbox_is_a_clear_refusal(monkeypatch, tmp_pa
     monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: str(fake))
     with pytest.raises(SandboxUnavailable, match="No permissions to create new namespace.*bubblewrap"):
         SandboxPool(workers=2).start()
+
+
+USERNS = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+          "rc = libc.unshare({flags})\nerr = ctypes.get_errno()")
+
+
+def test_no_user_namespace_inside_the_sandbox(pool):
+    # `unshare -U true`, as a syscall (the check may not fork); refused as root on the host and as a user.
+    r = pool.run(USERNS.format(flags=sandbox_module.CLONE_NEWUSER), result="(rc, err)")
+    assert r.passed and r.value.startswith("(-1,"), r
+    r = pool.run("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                 "rc = libc.syscall(435, 0, 0)\nerr = ctypes.get_errno()", result="(rc, err)")  # clone3
+    assert r.passed and r.value.startswith("(-1,"), r
+
+
+def test_the_userns_filter_leaves_other_calls_alone(pool):
+    r = pool.run("import os\nos.getpid()\nopen('/tmp/x', 'w').write('y')", result="open('/tmp/x').read()")
+    assert r.passed and r.value == "'y'", r
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.split()[1] == "Z" for line in f if line.startswith("State:"))
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def test_sandboxes_die_with_a_killed_host(tmp_path):
+    import subprocess
+
+    # the host dies while a long check runs: the worker must not wait for its check's timeout to notice
+    script = ("import json, sys, threading, time\nfrom echo_rl.environments.sandbox import SandboxPool\n"
+              "p = SandboxPool(workers=1, timeout=120).start()\n[w] = p._all\n"
+              "threading.Thread(target=p.run, args=('while True: pass',), daemon=True).start()\n"
+              "time.sleep(0.5)\nprint(json.dumps([w.proc.pid, w.sandbox_pid]), flush=True)\ntime.sleep(600)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    try:
+        pids = json.loads(host.stdout.readline())
+        assert not any(_gone(p) for p in pids)
+        host.kill()  # SIGKILL: no atexit, no finalizer runs in the host
+        host.wait()
+        for _ in range(200):  # bwrap and its PID 1 get SIGKILL from the kernel at once; poll, no timing assert
+            if all(_gone(p) for p in pids):
+                break
+            time.sleep(0.05)
+        assert all(_gone(p) for p in pids), f"sandbox processes {pids} outlived their host"
+    finally:
+        host.kill()
+        host.stdout.close()

@@ -205,16 +205,20 @@ def test_extreme_but_valid_values_are_served(tiny, stream):
 
 def test_stream_failure_after_200_is_an_error_event(tiny, monkeypatch):
     """A fault mid-stream ends the stream with an OpenAI-shaped error event and [DONE], not a dropped connection."""
-    from echo_rl.serve import app as serve_app
+    from echo_rl.serve.stream_text import StreamText
 
-    real = serve_app._deltas
+    real = StreamText.push
+    sent = []
 
-    def failing(tokenizer, done):
-        gen = real(tokenizer, done)
-        yield next(gen)
-        raise RuntimeError("device lost")
+    def failing(self, token):
+        if sent:  # a piece already went out after the 200
+            raise RuntimeError("device lost")
+        part = real(self, token)
+        if part:
+            sent.append(part)
+        return part
 
-    monkeypatch.setattr(serve_app, "_deltas", failing)
+    monkeypatch.setattr(StreamText, "push", failing)
     with ModelServer(create_app(tiny, model_name="tiny")) as srv, \
             httpx.Client(base_url=f"http://{srv.host}:{srv.port}", timeout=60) as http:
         body = dict(VALID, max_tokens=8, stream=True)
@@ -225,7 +229,7 @@ def test_stream_failure_after_200_is_an_error_event(tiny, monkeypatch):
         assert events[-1] == "[DONE]"
         err = json.loads(events[-2])["error"]
         assert "device lost" in err["message"] and err["type"] == "server_error"
-        monkeypatch.setattr(serve_app, "_deltas", real)
+        monkeypatch.setattr(StreamText, "push", real)
         assert http.post(CHAT, json=VALID).status_code == 200
 
 

@@ -88,8 +88,11 @@ class ChatRenderer:
     def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
         if not messages:
             return ""
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, chat_template=self.chat_template,
-                                                  add_generation_prompt=add_generation_prompt)
+        from echo_rl.models.chat_template import apply_chat_template
+
+        # a model or run directory's template: rendered under time/memory/size limits
+        return apply_chat_template(self.tokenizer, list(messages), chat_template=self.chat_template,
+                                   add_generation_prompt=add_generation_prompt)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
