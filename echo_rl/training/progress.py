@@ -10,8 +10,8 @@ Evaluations get a line of their own: success and, for language-model agents,
 the held-out env-output CE, so learning is visible without opening files.
 
 Work that takes minutes before the first iteration says so as it goes, so a
-run is never silent: :meth:`TrainingProgress.note` for a stage (building the
-agent, loading a model), :meth:`TrainingProgress.count` for k/n of a long piece
+run is never silent: :meth:`TrainingProgress.note` for a stage (the agent and
+its model built, a cached warm start loaded), :meth:`TrainingProgress.count` for k/n of a long piece
 (SFT steps with their loss, evaluation episodes) with the time left. Agents
 whose iterations are slow (``line_per_iteration``: a language-model update)
 get a line per iteration. Every plain line also goes, time-stamped, to the
@@ -127,20 +127,11 @@ class TrainingProgress:
         self._next_line = start
         self._return = self._success = None
         self._log: LineLogger | None = None
-        self._pending: list[str] = []  # lines before the run directory exists, written when the log opens
         self._iter0: tuple[float, int] | None = None  # (time, updates) at the first iteration: the ETA's base
 
-    def begin(self, start: int, *, line_per_iteration: bool = False, iteration_budget: int = 0) -> None:
-        """Set what the agent, known only once built, decides: the step a resumed run starts at, and its lines."""
-        self.start = self._next_line = start
-        self.line_per_iteration, self.iteration_budget = line_per_iteration, iteration_budget
-
     def open_log(self, path: str | os.PathLike) -> None:
-        """Append every plain line to ``path`` from now on (and the lines noted before)."""
+        """Append every plain line to ``path`` from now on."""
         self._log = LineLogger(path).open()
-        for text in self._pending:
-            self._log.write(text)
-        self._pending = []
 
     def close_log(self) -> None:
         if self._log is not None:
@@ -151,8 +142,6 @@ class TrainingProgress:
         """One line on the terminal (when enabled) and in the log."""
         if self._log is not None:
             self._log.write(text)
-        else:
-            self._pending.append(text)
         if not self.enabled:
             return
         if self._progress is not None:
@@ -226,11 +215,4 @@ class TrainingProgress:
             self.note(format_eval(step, result))
 
 
-class _Silent(TrainingProgress):
-    """Says nothing and keeps nothing: an agent's reporter outside a trainer (e.g. ``echo-rl eval``)."""
-
-    def note(self, text: str) -> None:
-        return None
-
-
-SILENT = _Silent(0, enabled=False)
+SILENT = TrainingProgress(0, enabled=False)  # an agent's reporter outside a trainer (e.g. ``echo-rl eval``)

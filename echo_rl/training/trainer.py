@@ -99,12 +99,13 @@ class EchoRLTrainer:
         t0 = time.perf_counter()  # wall time counts everything: setup, warm start, evaluations, iterations
         clock = WallClock()
         device = resolve_device(cfg.device)
-        # the bar's total is the budget asked for (an agent that takes whole updates may end a little past it)
-        progress = TrainingProgress(cfg.total_timesteps, enabled=self.show_progress)
-        progress.note(f"[setup] building the {cfg.agent} agent on {cfg.env_name}"
-                      + (f", loading the model {cfg.backbone}" if cfg.backbone else ""))
         start_step = self._setup(device)
         clock.setup = time.perf_counter() - t0
+        agent = self.agent
+        # the bar's total is the budget asked for (an agent that takes whole updates may end a little past it)
+        progress = TrainingProgress(cfg.total_timesteps, start_step, enabled=self.show_progress,
+                                    line_per_iteration=agent.line_per_iteration,
+                                    iteration_budget=agent.iteration_budget)
         metrics_log = JsonlLogger(self.run.metrics_path).open(truncate_after_step=start_step if self.resume else -1)
         timings_log = JsonlLogger(self.run.timings_path).open(truncate_after_step=start_step if self.resume else -1)
         try:
@@ -117,14 +118,14 @@ class EchoRLTrainer:
             metrics_log.close()
             timings_log.close()
             progress.close_log()
-            await _maybe_await(self.agent.close())
+            await _maybe_await(agent.close())
             raise
-        agent = self.agent
         agent.progress = progress
-        progress.begin(start_step, line_per_iteration=agent.line_per_iteration,
-                       iteration_budget=agent.iteration_budget)
-        progress.note(f"[setup] ready in {format_duration(clock.setup)}"
-                      + (f", resuming at step {start_step:,}" if start_step else ""))
+        # said once setup succeeded (loading a model takes seconds), so bad input stays a one-line error
+        model = f", model {cfg.backbone}," if cfg.backbone else ""
+        resumed = f"; resuming at step {start_step:,}" if start_step else ""
+        progress.note(f"[setup] {cfg.agent} agent on {cfg.env_name}{model} built in {format_duration(clock.setup)}"
+                      + resumed)
         target = math.ceil(cfg.total_timesteps / cfg.steps_per_update) * cfg.steps_per_update
         last_eval: dict[str, float] = {}
         history: list[dict[str, Any]] = []

@@ -29,8 +29,7 @@ def test_a_tiny_lm_run_reports_every_stage_on_the_terminal_and_in_its_log(checkp
     assert [line[20:] for line in logged] == said  # the same lines, time-stamped
 
     expected = [  # in this order, each line matched from the start
-        r"\[setup\] building the echo-rl agent on minigrid:MiniGrid-Empty-Random-5x5-v0, loading the model .*ckpt$",
-        r"\[setup\] ready in 0:\d\d$",
+        r"\[setup\] echo-rl agent on minigrid:MiniGrid-Empty-Random-5x5-v0, model .*ckpt, built in 0:\d\d$",
         r"\[sft\] 0/3 steps \(warm start on 2 expert episodes, 2 a step\)$",
         r"\[sft\] 1/3 steps \| loss \d+\.\d{3} \| 0:\d\d elapsed \| ~0:\d\d left$",
         r"\[sft\] 3/3 steps \| loss \d+\.\d{3} \| 0:\d\d elapsed$",

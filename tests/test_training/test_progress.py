@@ -96,24 +96,23 @@ def test_a_count_says_k_of_n_at_the_start_about_every_tenth_and_the_end_with_tim
 def test_the_log_gets_plain_lines_while_a_terminal_shows_the_bar(tmp_path, capsys):
     p = TrainingProgress(total=100, enabled=True)
     p.live = True
-    p.note("[setup] before the run directory exists")  # kept until the log opens
     p.open_log(tmp_path / "progress.log")
+    p.note("[setup] ready")
     with p:
         for step in range(10, 101, 10):
             p.update(step, {"episode/return": 1.0}, sps=5.0, elapsed=step)
         p.evaluation(100, {"success_rate": 1.0})
     p.close_log()
     logged = [line[20:] for line in (tmp_path / "progress.log").read_text().splitlines()]
-    assert logged[0] == "[setup] before the run directory exists"
+    assert logged[0] == "[setup] ready"
     assert [line.split()[1] for line in logged[1:-1]] == [f"{s}/100" for s in range(10, 101, 10)]
     assert logged[-1] == "[eval] step 100: success 1.00"
     assert "[train] 10/100 steps" not in capsys.readouterr().err  # the terminal has the bar, not the lines
 
 
 def test_slow_iterations_get_a_line_each_with_updates_loss_and_time_left(capsys):
-    p = TrainingProgress(total=100_000, enabled=True)
+    p = TrainingProgress(total=100_000, enabled=True, line_per_iteration=True, iteration_budget=3)
     p.live = False
-    p.begin(0, line_per_iteration=True, iteration_budget=3)
     for u in (1, 2, 3):
         p.update(8 * u, {"train/updates": float(u), "lm/loss": 0.5 / u}, sps=1.0, elapsed=10.0 * u)
     lines = capsys.readouterr().err.splitlines()
@@ -139,11 +138,11 @@ def test_a_symlinked_progress_log_is_refused_and_its_target_untouched(tmp_path):
     assert outside.read_text() == "keep\n"
 
 
-def test_the_silent_reporter_says_and_keeps_nothing(capsys):
+def test_the_silent_reporter_says_nothing(capsys):
     from echo_rl.training.progress import SILENT
 
     count = SILENT.count("[eval] step 0:", 2, "episodes")
     count.advance()
     count.advance()
     SILENT.note("[setup] x")
-    assert capsys.readouterr().err == "" and SILENT._pending == []
+    assert capsys.readouterr().err == ""
