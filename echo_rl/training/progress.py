@@ -10,8 +10,9 @@ Evaluations get a line of their own: success and, for language-model agents,
 the held-out env-output CE, so learning is visible without opening files.
 
 Work that takes minutes before the first iteration says so as it goes, so a
-run is never silent: :meth:`TrainingProgress.note` for a stage (the agent and
-its model built, a cached warm start loaded), :meth:`TrainingProgress.count` for k/n of a long piece
+run is never silent: :func:`working` while setup builds the agent and loads its
+model (a spinner on a terminal), :meth:`TrainingProgress.note` for a stage (the
+agent built, a cached warm start loaded), :meth:`TrainingProgress.count` for k/n of a long piece
 (SFT steps with their loss, evaluation episodes) with the time left. Agents
 whose iterations are slow (``line_per_iteration``: a language-model update)
 get a line per iteration. Every plain line also goes, time-stamped, to the
@@ -21,13 +22,15 @@ while a terminal shows the bar, so ``tail -f`` follows a run started elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from echo_rl.utils.monitoring import LineLogger
@@ -73,6 +76,19 @@ def format_eval(step: int, result: dict) -> str:
     if result.get("failed"):
         parts.append(f"{int(result['failed'])} failed")
     return f"[eval] step {step:,}: " + " | ".join(parts)
+
+
+@contextlib.contextmanager
+def working(text: str, enabled: bool = True, console: Console | None = None) -> Iterator[None]:
+    """A transient spinner with ``text`` while the block runs, on a terminal only: setup (building the agent,
+    loading a model) says what it is doing at once, and leaves no line behind, so an error in it is still the
+    one line on stderr."""
+    console = console or Console(stderr=True)
+    if not (enabled and console.is_terminal):
+        yield
+        return
+    with console.status(Text(text)):  # a Text: "[setup]" is no rich markup tag
+        yield
 
 
 def _due(done: int, total: int, last: int) -> bool:

@@ -32,7 +32,7 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.agents import build_agent
-from echo_rl.training.progress import TrainingProgress, WallClock, format_duration
+from echo_rl.training.progress import TrainingProgress, WallClock, format_duration, working
 from echo_rl.training.protocol import EVAL_SEED_OFFSET, Agent  # noqa: F401  (EVAL_SEED_OFFSET: re-exported)
 from echo_rl.training.run_dir import RunDirectory, default_run_dir
 from echo_rl.utils.monitoring import JsonlLogger
@@ -99,7 +99,9 @@ class EchoRLTrainer:
         t0 = time.perf_counter()  # wall time counts everything: setup, warm start, evaluations, iterations
         clock = WallClock()
         device = resolve_device(cfg.device)
-        start_step = self._setup(device)
+        loading = f" and loading the model {cfg.backbone}" if cfg.backbone else ""
+        with working(f"[setup] building the {cfg.agent} agent on {cfg.env_name}{loading} …", self.show_progress):
+            start_step = self._setup(device)
         clock.setup = time.perf_counter() - t0
         agent = self.agent
         # the bar's total is the budget asked for (an agent that takes whole updates may end a little past it)
@@ -121,7 +123,7 @@ class EchoRLTrainer:
             await _maybe_await(agent.close())
             raise
         agent.progress = progress
-        # said once setup succeeded (loading a model takes seconds), so bad input stays a one-line error
+        # a line once setup succeeded (a terminal showed a spinner meanwhile), so bad input stays one line
         model = f", model {cfg.backbone}," if cfg.backbone else ""
         resumed = f"; resuming at step {start_step:,}" if start_step else ""
         progress.note(f"[setup] {cfg.agent} agent on {cfg.env_name}{model} built in {format_duration(clock.setup)}"

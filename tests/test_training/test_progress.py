@@ -146,3 +146,22 @@ def test_the_silent_reporter_says_nothing(capsys):
     count.advance()
     SILENT.note("[setup] x")
     assert capsys.readouterr().err == ""
+
+
+def test_setup_shows_a_transient_spinner_on_a_terminal_and_nothing_elsewhere():
+    import io
+
+    from rich.console import Console
+
+    from echo_rl.training.progress import working
+
+    tty = io.StringIO()
+    with working("[setup] loading the model", console=Console(file=tty, force_terminal=True)):
+        pass
+    assert "[setup] loading the model" in tty.getvalue()
+    piped = io.StringIO()
+    with working("[setup] loading the model", console=Console(file=piped, force_terminal=False)):
+        pass
+    with working("[setup] loading the model", enabled=False, console=Console(file=tty, force_terminal=True)):
+        pass
+    assert piped.getvalue() == ""
