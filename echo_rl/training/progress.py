@@ -12,8 +12,9 @@ the held-out env-output CE, so learning is visible without opening files.
 Work that takes minutes before the first iteration says so as it goes, so a
 run is never silent: :func:`working` while setup builds the agent and loads its
 model (a spinner on a terminal), :meth:`TrainingProgress.note` for a stage (the
-agent built, a cached warm start loaded), :meth:`TrainingProgress.count` for k/n of a long piece
-(SFT steps with their loss, evaluation episodes) with the time left. Agents
+agent built, a cached warm start loaded), :meth:`TrainingProgress.count` for
+k/n of a long piece (SFT steps with their loss, evaluation episodes) with the
+time left. Agents
 whose iterations are slow (``line_per_iteration``: a language-model update)
 get a line per iteration. Every plain line also goes, time-stamped, to the
 run's ``progress.log`` (:meth:`open_log`), also under ``--no-progress`` and
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from rich.console import Console
-from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 from echo_rl.utils.monitoring import LineLogger
 
