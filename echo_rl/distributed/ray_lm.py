@@ -25,7 +25,7 @@ replayed, in order, into the learner's tracker.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -260,12 +260,17 @@ class RayLMGenerator:
                    "async/policy_lag_max": float(np.max(lags))}
         return RolloutBatch(trajs, failed, steps, metrics)
 
-    async def evaluation_episodes(self, seeds: list[int], concurrency: int) -> list[Any]:
-        """On the first worker, with the learner's latest weights (after its batch in flight, if any, is done)."""
+    async def evaluation_episodes(self, seeds: list[int], concurrency: int,
+                                  on_done: Callable[[], None] | None = None) -> list[Any]:
+        """On the first worker, with the learner's latest weights (after its batch in flight, if any, is done).
+        The worker reports back once, so ``on_done()`` is called for every episode when the batch returns."""
         if self._inflight:
             await asyncio.gather(*[ref for _, ref in self._inflight])
         results, events = await self.workers[0].evaluation_episodes.remote(self._update, seeds, concurrency)
         replay_bandwidth(self.bandwidth, events)
+        if on_done is not None:
+            for _ in results:
+                on_done()
         return results
 
     def snapshot(self) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Live progress: env steps against the budget, return, success rate, steps/s, wall time.
+"""Live progress: what a run is doing, env steps against the budget, return, success rate, steps/s, wall time.
 
 A rich progress bar on a terminal; plain lines (about every 10%) otherwise, so
 CI logs and pipes stay readable. Steps/s is the run's average over wall time
@@ -8,16 +8,33 @@ the one a user can multiply by; an iteration's own rate is in
 that ends a few steps past it (whole updates) shows, e.g., ``66/64``.
 Evaluations get a line of their own: success and, for language-model agents,
 the held-out env-output CE, so learning is visible without opening files.
+
+Work that takes minutes before the first iteration says so as it goes, so a
+run is never silent: :func:`working` while setup builds the agent and loads its
+model (a spinner on a terminal), :meth:`TrainingProgress.note` for a stage (the
+agent built, a cached warm start loaded), :meth:`TrainingProgress.count` for
+k/n of a long piece (SFT steps with their loss, evaluation episodes) with the
+time left. Agents
+whose iterations are slow (``line_per_iteration``: a language-model update)
+get a line per iteration. Every plain line also goes, time-stamped, to the
+run's ``progress.log`` (:meth:`open_log`), also under ``--no-progress`` and
+while a terminal shows the bar, so ``tail -f`` follows a run started elsewhere.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
+
+from echo_rl.utils.monitoring import LineLogger
 
 
 @dataclass
@@ -62,15 +79,96 @@ def format_eval(step: int, result: dict) -> str:
     return f"[eval] step {step:,}: " + " | ".join(parts)
 
 
+@contextlib.contextmanager
+def working(text: str, enabled: bool = True, console: Console | None = None) -> Iterator[None]:
+    """A transient spinner with ``text`` while the block runs, on a terminal only: setup (building the agent,
+    loading a model) says what it is doing at once, and leaves no line behind, so an error in it is still the
+    one line on stderr."""
+    console = console or Console(stderr=True)
+    if not (enabled and console.is_terminal):
+        yield
+        return
+    with console.status(Text(text)):  # a Text: "[setup]" is no rich markup tag
+        yield
+
+
+def _due(done: int, total: int, last: int) -> bool:
+    """A plain line at the first item, about every tenth of ``total`` after the last line, and the end."""
+    return done == 1 or done >= total or done >= last + max(total // 10, 1)
+
+
+def _fields(values: dict[str, float]) -> list[str]:
+    return [f"{name.replace('_', ' ')} {value:.3f}" for name, value in values.items()]
+
+
+class Count:
+    """k/n of one long piece of work (SFT steps, evaluation episodes), as lines at the start, about every tenth
+    and the end, each with the elapsed time and, until the end, the time left at the rate so far."""
+
+    def __init__(self, emit: Callable[[str], None], prefix: str, total: int, noun: str, detail: str = ""):
+        self.emit, self.prefix, self.total, self.noun = emit, prefix, int(total), noun
+        self.done = self._last = 0
+        self._t0 = time.perf_counter()
+        emit(f"{prefix} 0/{self.total:,} {noun}" + (f" ({detail})" if detail else ""))
+
+    def advance(self, n: int = 1, **values: float) -> None:
+        """``n`` more done; ``values`` (e.g. ``loss=``) are shown on this item's line."""
+        self.done += n
+        if not _due(self.done, self.total, self._last):
+            return
+        self._last = self.done
+        elapsed = time.perf_counter() - self._t0
+        parts = [f"{self.prefix} {self.done:,}/{self.total:,} {self.noun}", *_fields(values),
+                 f"{format_duration(elapsed)} elapsed"]
+        if 0 < self.done < self.total:
+            parts.append(f"~{format_duration(elapsed / self.done * (self.total - self.done))} left")
+        self.emit(" | ".join(parts))
+
+
 class TrainingProgress:
-    def __init__(self, total: int, start: int = 0, enabled: bool = True):
+    """A run's progress on the terminal (``enabled``) and in its log file (:meth:`open_log`).
+
+    ``line_per_iteration``: a plain line after every iteration, also under the terminal's bar (agents whose
+    iteration is one slow update). ``iteration_budget``: the iterations the run ends after (0: the env-step
+    budget ends it); with it, the per-iteration line counts updates and estimates the time left from them.
+    """
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, line_per_iteration: bool = False,
+                 iteration_budget: int = 0):
         self.total, self.start, self.enabled = total, start, enabled
+        self.line_per_iteration, self.iteration_budget = line_per_iteration, iteration_budget
         self.console = Console(stderr=True)
         self.live = enabled and self.console.is_terminal
         self._progress = None
         self._task = None
         self._next_line = start
         self._return = self._success = None
+        self._log: LineLogger | None = None
+        self._iter0: tuple[float, int] | None = None  # (time, updates) at the first iteration: the ETA's base
+
+    def open_log(self, path: str | os.PathLike) -> None:
+        """Append every plain line to ``path`` from now on."""
+        self._log = LineLogger(path).open()
+
+    def close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def note(self, text: str) -> None:
+        """One line on the terminal (when enabled) and in the log."""
+        if self._log is not None:
+            self._log.write(text)
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)  # "[eval]" is no rich tag
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def count(self, prefix: str, total: int, noun: str, detail: str = "") -> Count:
+        """A :class:`Count` whose lines go where :meth:`note`'s go."""
+        return Count(self.note, prefix, total, noun, detail)
 
     def __enter__(self) -> "TrainingProgress":
         if self.live:
@@ -95,21 +193,43 @@ class TrainingProgress:
                  f"{format_duration(elapsed)} elapsed"]
         return f"[train] {step:,}/{self.total:,} steps | " + " | ".join(parts)
 
+    def iteration_line(self, step: int, row: dict, sps: float, elapsed: float) -> str:
+        """The per-iteration line: ``[train] update 3/12 | 24/100,000 steps | ... | loss 0.412 | ~1:10 left``."""
+        updates = int(row.get("train/updates", 0))
+        now = time.perf_counter()
+        if self._iter0 is None:  # the first iteration's end: the rate counts from the second on
+            self._iter0 = (now, updates)
+        head = f"[train] update {updates:,}" + (f"/{self.iteration_budget:,}" if self.iteration_budget else "")
+        text = head + " | " + self.line(step, row, sps, elapsed)[len("[train] "):]
+        loss = row.get("lm/loss")
+        if loss is not None:
+            text += f" | loss {loss:.3f}"
+        t0, u0 = self._iter0
+        if self.iteration_budget and updates > u0 and updates < self.iteration_budget:
+            text += f" | ~{format_duration((now - t0) / (updates - u0) * (self.iteration_budget - updates))} left"
+        return text
+
     def update(self, step: int, row: dict, sps: float, elapsed: float) -> None:
-        if not self.enabled:
-            return
-        text = self.line(step, row, sps, elapsed)
+        due = self.line_per_iteration or step >= self._next_line or step >= self.total
+        if due:
+            self._next_line = step + max(self.total // 10, 1)
+        if self.line_per_iteration:
+            text = self.iteration_line(step, row, sps, elapsed)
+        else:
+            text = self.line(step, row, sps, elapsed)
         if self._progress is not None:
             self._progress.update(self._task, completed=step, description=text.split(" steps | ", 1)[1])
-        elif step >= self._next_line or step >= self.total:
-            print(text, file=sys.stderr, flush=True)
-            self._next_line = step + max(self.total // 10, 1)
+        if not due:
+            return
+        if self._progress is not None and not self.line_per_iteration:
+            if self._log is not None:
+                self._log.write(text)  # the bar shows it on the terminal
+        else:
+            self.note(text)
 
     def evaluation(self, step: int, result: dict) -> None:
-        if not self.enabled or not result:
-            return
-        text = format_eval(step, result)
-        if self._progress is not None:
-            self._progress.console.print(text, markup=False, highlight=False)  # "[eval]" is no rich tag
-        else:
-            print(text, file=sys.stderr, flush=True)
+        if result:
+            self.note(format_eval(step, result))
+
+
+SILENT = TrainingProgress(0, enabled=False)  # an agent's reporter outside a trainer (e.g. ``echo-rl eval``)

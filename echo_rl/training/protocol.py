@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Mapping, Protocol, TypeVar, Union, runtime_ch
 
 from echo_rl.config import TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
+from echo_rl.training.progress import SILENT, TrainingProgress
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes use seeds disjoint from the training actors'
 
@@ -36,6 +37,12 @@ class Agent(Protocol):
     updates: int
     #: evaluate before the first iteration of a fresh run (the start of every learning curve)
     evaluate_at_start: bool
+    #: where the agent says what its long work is doing (warm start, evaluation); the trainer sets its own
+    progress: TrainingProgress
+    #: a progress line after every iteration (one is slow: a language-model update), not every ~10% of the budget
+    line_per_iteration: bool
+    #: the iterations the run ends after, for the progress line's count and time left (0: the env-step budget)
+    iteration_budget: int
 
     @property
     def finished(self) -> bool:
@@ -82,7 +89,7 @@ class Agent(Protocol):
 
 AGENT_MEMBERS = ("env_steps", "updates", "evaluate_at_start", "finished", "timings", "start", "due",
                  "train_iteration", "run_evaluation", "summary_fields", "state_dict", "load_state_dict",
-                 "rollout_state", "load_rollout_state", "close")
+                 "rollout_state", "load_rollout_state", "close", "progress", "line_per_iteration", "iteration_budget")
 
 
 def missing_members(agent: Any) -> list[str]:
@@ -95,6 +102,9 @@ class AgentBase:
 
     evaluate_at_start: bool = False
     timings: Mapping[str, float] = MappingProxyType({})  # an agent that times its parts assigns a dict
+    progress: TrainingProgress = SILENT
+    line_per_iteration: bool = False
+    iteration_budget: int = 0
 
     @property
     def finished(self) -> bool:

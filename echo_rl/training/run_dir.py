@@ -1,4 +1,4 @@
-"""The run directory: config.yaml, metrics.jsonl, checkpoints, plots, summary.json.
+"""The run directory: config.yaml, metrics.jsonl, progress.log, checkpoints, plots, summary.json.
 
 Checkpoints are written to a temporary folder and renamed into place, and the
 ``latest`` pointer is replaced atomically, so a run killed at any instant
@@ -91,6 +91,11 @@ class RunDirectory:
     @property
     def timings_path(self) -> Path:
         return self.path / "timings.jsonl"
+
+    @property
+    def progress_log_path(self) -> Path:
+        """The run's progress lines as the terminal showed them, time-stamped (appended on resume)."""
+        return self.path / "progress.log"
 
     def create(self) -> None:
         if self.path.exists() and not self.path.is_dir():

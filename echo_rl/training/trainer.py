@@ -32,7 +32,7 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.agents import build_agent
-from echo_rl.training.progress import TrainingProgress, WallClock
+from echo_rl.training.progress import TrainingProgress, WallClock, format_duration, working
 from echo_rl.training.protocol import EVAL_SEED_OFFSET, Agent  # noqa: F401  (EVAL_SEED_OFFSET: re-exported)
 from echo_rl.training.run_dir import RunDirectory, default_run_dir
 from echo_rl.utils.monitoring import JsonlLogger
@@ -99,21 +99,36 @@ class EchoRLTrainer:
         t0 = time.perf_counter()  # wall time counts everything: setup, warm start, evaluations, iterations
         clock = WallClock()
         device = resolve_device(cfg.device)
-        start_step = self._setup(device)
+        loading = f" and loading the model {cfg.backbone}" if cfg.backbone else ""
+        with working(f"[setup] building the {cfg.agent} agent on {cfg.env_name}{loading} …", self.show_progress):
+            start_step = self._setup(device)
         clock.setup = time.perf_counter() - t0
+        agent = self.agent
+        # the bar's total is the budget asked for (an agent that takes whole updates may end a little past it)
+        progress = TrainingProgress(cfg.total_timesteps, start_step, enabled=self.show_progress,
+                                    line_per_iteration=agent.line_per_iteration,
+                                    iteration_budget=agent.iteration_budget)
         metrics_log = JsonlLogger(self.run.metrics_path).open(truncate_after_step=start_step if self.resume else -1)
         timings_log = JsonlLogger(self.run.timings_path).open(truncate_after_step=start_step if self.resume else -1)
         try:
+            try:
+                progress.open_log(self.run.progress_log_path)
+            except OSError as exc:
+                raise ConfigError(f"cannot write {self.run.progress_log_path}: {exc.strerror or exc}") from None
             tb = open_loggers(cfg, self.run)  # TensorBoard / W&B / MLflow, as cfg.loggers selects
         except BaseException:  # e.g. W&B without a key: release what _setup opened
             metrics_log.close()
             timings_log.close()
-            await _maybe_await(self.agent.close())
+            progress.close_log()
+            await _maybe_await(agent.close())
             raise
-        agent = self.agent
+        agent.progress = progress
+        # a line once setup succeeded (a terminal showed a spinner meanwhile), so bad input stays one line
+        model = f", model {cfg.backbone}," if cfg.backbone else ""
+        resumed = f"; resuming at step {start_step:,}" if start_step else ""
+        progress.note(f"[setup] {cfg.agent} agent on {cfg.env_name}{model} built in {format_duration(clock.setup)}"
+                      + resumed)
         target = math.ceil(cfg.total_timesteps / cfg.steps_per_update) * cfg.steps_per_update
-        # the bar's total is the budget asked for (an agent that takes whole updates may end a little past it)
-        progress = TrainingProgress(cfg.total_timesteps, start_step, enabled=self.show_progress)
         last_eval: dict[str, float] = {}
         history: list[dict[str, Any]] = []
         steps0 = agent.env_steps
@@ -147,6 +162,8 @@ class EchoRLTrainer:
                     clock.iterations += dt
                     step = agent.env_steps
                     row["train/updates"] = float(agent.updates)
+                    elapsed = time.perf_counter() - t0  # the iteration's line comes before its evaluation's
+                    progress.update(step, row, (step - steps0) / elapsed, elapsed)
                     if self._due(prev, step, cfg.evaluation_frequency) and not self._finished(target):
                         last_eval = await evaluate(step)
                         row.update({f"eval/{k}": v for k, v in last_eval.items()})
@@ -157,7 +174,6 @@ class EchoRLTrainer:
                               "time/avg_sps": (step - steps0) / elapsed, **agent.timings}
                     timings_log.log(timing, step)
                     tb.log({**row, **timing}, step)
-                    progress.update(step, row, timing["time/avg_sps"], elapsed)
                     if self._due(prev, step, cfg.save_frequency) and not self._finished(target):
                         self._checkpoint()
                     await asyncio.sleep(0)
@@ -175,6 +191,7 @@ class EchoRLTrainer:
             torch.set_num_threads(threads)
             metrics_log.close()
             timings_log.close()
+            progress.close_log()
             tb.close()
         clock.total = time.perf_counter() - t0
         result = TrainingMetrics(last_eval, agent.env_steps, agent.updates, clock.total, str(self.run.path),

@@ -1,7 +1,8 @@
 """Metric loggers the trainer and the benchmark write through, and resource monitoring.
 
 Metrics are flat ``dict[str, float]`` (ARCHITECTURE §3). The same names go to
-JSON lines and to TensorBoard (when the ``eval`` extra is installed).
+JSON lines and to TensorBoard (when the ``eval`` extra is installed);
+:class:`LineLogger` keeps a run's progress lines as text.
 :class:`PerformanceMonitor` samples this process's CPU, memory and GPU use in
 a background thread; :class:`MetricsCollector` gathers metric rows and
 summarises them.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -57,6 +59,41 @@ class JsonlLogger:
     def read(path: str | os.PathLike) -> list[dict[str, Any]]:
         text = Path(path).read_text() if Path(path).exists() else ""
         return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+
+
+class LineLogger:
+    """Appends time-stamped text lines (a run's ``progress.log``), flushed each line so ``tail -f`` follows
+    the run and a killed run keeps what it said. A symlink in the file's place is refused, not followed, so a
+    run directory cannot send the writes elsewhere."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._fh = None
+
+    def open(self) -> "LineLogger":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            if self.path.is_symlink():
+                raise OSError(exc.errno, f"{self.path} is a symbolic link; a log is written only to a regular "
+                                         "file") from None
+            raise
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+        return self
+
+    def write(self, text: str) -> None:
+        if self._fh is None:
+            self.open()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self._fh.write("".join(f"{stamp} {line}\n" for line in text.splitlines() or [""]))
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
 
 class TensorBoardLogger:
@@ -125,8 +162,6 @@ class PerformanceMonitor:
         return bool(torch.cuda.is_available())
 
     def _sample(self, proc: Any) -> dict[str, float]:
-        import time
-
         import psutil
 
         with proc.oneshot():
@@ -170,7 +205,6 @@ class PerformanceMonitor:
 
     def start_monitoring(self) -> "PerformanceMonitor":
         import threading
-        import time
 
         from echo_rl.utils.optional import require
 

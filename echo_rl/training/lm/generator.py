@@ -126,14 +126,20 @@ class LMGenerator:
             rnd += 1
         return RolloutBatch(trajs, failed, steps)
 
-    async def evaluation_episodes(self, seeds: list[int], concurrency: int) -> list[Any]:
+    async def evaluation_episodes(self, seeds: list[int], concurrency: int,
+                                  on_done: Callable[[], None] | None = None) -> list[Any]:
         """One held-out episode per seed (``episode_id`` = its index), at most ``concurrency`` in flight (each
-        holds its whole context's KV in the engine); failed episodes come back as their exceptions."""
+        holds its whole context's KV in the engine); failed episodes come back as their exceptions.
+        ``on_done()`` is called as each episode ends, failed or not (the run's progress count)."""
         slots = asyncio.Semaphore(concurrency)
 
         async def one(i: int, seed: int) -> Any:
             async with slots:
-                return await self.eval_worker.episode(self.make_env(True), seed=seed, episode_id=i)
+                try:
+                    return await self.eval_worker.episode(self.make_env(True), seed=seed, episode_id=i)
+                finally:
+                    if on_done is not None:
+                        on_done()
 
         return await asyncio.gather(*[one(i, s) for i, s in enumerate(seeds)], return_exceptions=True)
 

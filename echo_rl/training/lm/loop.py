@@ -80,6 +80,7 @@ class LMAgent(AgentBase):
     """A causal LM acting through the execution engine and learning with ECHO/GRPO (see module doc)."""
 
     evaluate_at_start = True  # success and env CE before the first update: the start of every curve
+    line_per_iteration = True  # an update takes seconds to minutes: each gets a progress line
 
     def __init__(self, config: TrainingConfig, device: torch.device) -> None:
         from echo_rl.environments.registry import make_env
@@ -148,6 +149,10 @@ class LMAgent(AgentBase):
         of ``batch_size`` does not apply), or ``lm_config.max_updates`` is reached."""
         n = self.config.lm_config.max_updates
         return self.env_steps >= self.config.total_timesteps or (bool(n) and self.updates >= n)
+
+    @property
+    def iteration_budget(self) -> int:
+        return self.config.lm_config.max_updates
 
     def due(self) -> bool | None:
         """Evaluate/checkpoint now (after an update)? None: the trainer's env-step schedule decides."""
@@ -267,8 +272,11 @@ class LMAgent(AgentBase):
         try:
             # at most EVAL_CONCURRENCY episodes in flight: each holds its whole context's KV in the engine, and
             # 100 concurrent multi-thousand-token episodes of a real model are GBs (what sets the peak RSS)
+            concurrency = max(self.config.num_actors, EVAL_CONCURRENCY)
+            done = self.progress.count(f"[eval] step {self.env_steps:,}:", episodes, "episodes",
+                                       f"{min(concurrency, episodes)} at a time")
             results = await self.generator.evaluation_episodes(
-                [HELD_OUT_SEED_BASE + i for i in range(episodes)], max(self.config.num_actors, EVAL_CONCURRENCY))
+                [HELD_OUT_SEED_BASE + i for i in range(episodes)], concurrency, on_done=done.advance)
         finally:
             if own:
                 await self.generator.stop()
@@ -318,13 +326,17 @@ class LMAgent(AgentBase):
                 self.model.load_state_dict(state["model"])
                 if self.planner is not None:
                     self.planner.load_state_dict(state["planner"])
+                self.progress.note(f"[sft] warm start loaded from {cache}")
                 return {**state["metrics"], "cached": 1.0}
         self.learner.optimizer = self.learner.make_optimizer(lm.sft_learning_rate)
+        done = self.progress.count("[sft]", lm.sft_steps, "steps", f"warm start on {lm.sft_episodes} expert "
+                                   f"episodes, {min(lm.sft_batch_episodes or lm.sft_episodes, lm.sft_episodes)} a step")
         demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns,
                                    system=self.rollout_config.system_prompt) for s in seeds]
         m: dict[str, float] = {}
         for batch in sft_batches(demos, lm.sft_steps, lm.sft_batch_episodes, rng):
             m = self.learner.sft_update(batch)
+            done.advance(loss=m["loss"])
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")
