@@ -9,7 +9,9 @@ import pytest
 pytest.importorskip("transformers")
 
 from echo_rl.environments.arc import ARCConfig, ARCEnvironment  # noqa: E402
-from echo_rl.environments.reply_format import task_format  # noqa: E402
+from echo_rl.config import ConfigError  # noqa: E402
+from echo_rl.environments.reply_format import TaskFormat, task_format, tool_format  # noqa: E402
+from echo_rl.environments.tool_calls import BASH, TERMINAL_TOOLS  # noqa: E402
 from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.training.lm.rollout import LM_INTRO, LMRolloutWorker, RolloutConfig, stop_cut  # noqa: E402
 from echo_rl.types import ACTION  # noqa: E402
@@ -73,3 +75,37 @@ def test_a_reply_is_cut_after_its_stop_string_and_the_rest_not_trained(chatml_to
     traj = asyncio.run(worker.episode(MiniGridEnvironment(task_type="empty", max_steps=3), seed=0))
     (a, b), = traj.turn_spans()
     assert traj.token_ids[a:b] == ids[:keep] and traj.info["actions"] == ["take key 1\n"]
+
+
+QWENISH = ("{% if tools %}{{ tools | tojson }}{% endif %}{% for message in messages %}"
+           "{% if message.role == \"tool\" %}{{ '<|im_start|>user\\n<tool_response>' + message.content + "
+           "'</tool_response><|im_end|>\\n' }}{% else %}{{ '<|im_start|>' + message.role + '\\n' + message.content + "
+           "'<|im_end|>\\n' }}{% endif %}{% endfor %}")
+
+
+def test_template_tool_support_is_read_from_the_template(chatml_tokenizer):
+    plain, qwen = ChatRenderer(chatml_tokenizer), ChatRenderer(chatml_tokenizer, chat_template=QWENISH)
+    assert (plain.has_tool_role, plain.accepts_tools) == (False, False)
+    assert (qwen.has_tool_role, qwen.accepts_tools) == (True, True)
+    fmt = tool_format("Do it.", TERMINAL_TOOLS)
+    assert fmt.chat_role(qwen.has_tool_role) == "tool" and fmt.chat_role(plain.has_tool_role) == "user"
+    assert task_format("minigrid").chat_role(True) == "user"  # a plain-text task keeps the user role
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"tools": (BASH,), "multiline": True}, "multiline"),
+    ({"tools": ("bash",)}, "tools"),
+    ({"tools": (BASH, BASH)}, "repeat"),
+    ({"observation_role": "system"}, "observation_role"),
+])
+def test_bad_turn_protocols_are_one_line_errors(kw, words):
+    with pytest.raises(ConfigError, match=words) as info:
+        TaskFormat(instruction="x", example="", answer="", **kw)
+    assert "\n" not in str(info.value)
+
+
+def test_one_parser_per_kind_of_task():
+    assert task_format("minigrid").action("> move forward\nthen more") == "move forward"
+    assert task_format("arc").action("1 2\n3 4\n") == "1 2\n3 4"
+    tools = tool_format("Do it.", TERMINAL_TOOLS)
+    assert tools.parser == "tool_call" and tools.action("ok <submit>7</submit> bye") == "<submit>7</submit>"
