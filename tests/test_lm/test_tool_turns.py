@@ -189,3 +189,18 @@ def test_200_rollouts_train_on_exactly_the_sampled_and_rendered_tokens(notes_tas
     print(f"200 rollouts: {turns} turns, {valid} answered by the env, {warned} warnings, "
           f"{int(acts.sum())} sampled tokens, max |log-prob gap| {gap:.2e}, {mismatches} mismatches")
     assert gap < 1e-3
+
+
+def test_a_tool_use_task_trains_through_the_trainer(notes_task, chatml_tokenizer, tmp_path):
+    """The task is only its env file and spec: SFT demos, rollouts and the held-out pool all follow its protocol."""
+    from echo_rl.training.lm.loop import LMAgent
+    from echo_rl.training.trainer import EchoRLTrainer
+    from tests.test_lm.test_loop import _cfg, save_checkpoint
+
+    cfg = _cfg(save_checkpoint(tmp_path / "ckpt", chatml_tokenizer), env_name=notes_task, total_timesteps=100,
+               **{"lm_config.max_updates": 1, "lm_config.max_new_tokens": 8})
+    pool = LMAgent(cfg, torch.device("cpu")).heldout_pool()
+    text = chatml_tokenizer.decode(pool[0].token_ids)
+    assert "<bash>COMMAND</bash>" in text and "<bash>ls</bash><|im_end|>" in text
+    result = asyncio.run(EchoRLTrainer(cfg, tmp_path / "run", show_progress=False).train())
+    assert result.num_updates == 1 and "heldout_env_ce" in result.evaluation_results
