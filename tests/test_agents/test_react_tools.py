@@ -100,7 +100,8 @@ def test_act_only_with_openai_tool_calls(notes_task):
     finally:
         server.shutdown()
     assert result.success
-    assert env.actions[:2] == ["<bash>ls</bash>", "<bash>cat</bash>"] and env.actions[-1] == f"<submit>{env.secret}</submit>"
+    assert env.actions[:2] == ["<bash>ls</bash>", "<bash>cat</bash>"]
+    assert env.actions[-1] == f"<submit>{env.secret}</submit>"
     assert env.actions[2] == "(an invalid tool call)"  # an unknown tool never runs: the env warns
     first = _ToolServer.seen[0]
     assert [t["function"]["name"] for t in first["tools"]] == ["bash", "submit"] and "stop" not in first
