@@ -94,11 +94,19 @@ def render_prompts(tokenizer, env, system: str) -> list[list[int]]:
     return out
 
 
+def system_prompt(env) -> str:
+    """The system prompt EchoRL's rollout worker gives ``env``'s task (its turn protocol)."""
+    from echo_rl.environments.reply_format import task_format
+    from echo_rl.training.lm.rollout import LM_INTRO
+
+    return task_format("cruxeval", env).system_prompt(LM_INTRO)
+
+
 def score(env, task_index: int, reply: str) -> float:
-    from echo_rl.training.lm.rollout import first_line_action
+    from echo_rl.environments.reply_format import task_format
 
     env.reset(seed=0, options={"task_index": task_index})
-    _, reward, *_ = env.step(first_line_action(reply))
+    _, reward, *_ = env.step(task_format("cruxeval", env).action(reply))
     return float(reward)
 
 
@@ -133,8 +141,6 @@ def peak_rss_gb() -> float:
 def run_echo_rl(args, out: Path) -> dict:
     from echo_rl.config import TrainingConfig
     from echo_rl.training.agents import build_agent
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
-
     n = args.prompts * args.generations
     config = TrainingConfig().with_overrides({
         "env_name": "cruxeval", "backbone": "smollm2-135m", "agent": "ppo", "seed": args.seed, "device": "cpu",
@@ -146,7 +152,7 @@ def run_echo_rl(args, out: Path) -> dict:
         "lm_config.sft_episodes": 0, "lm_config.heldout_pool": 0, "lm_config.max_updates": args.updates,
         "lm_config.compute_dtype": args.dtype})
     agent = build_agent(config, torch.device("cpu"))
-    if agent.rollout_config.system_prompt != INSTRUCT_SYSTEM:
+    if agent.rollout_config.system_prompt is not None:  # None: the task's, which system_prompt() renders
         raise RuntimeError("the LM agent's system prompt changed: make this benchmark render the same one for TRL")
 
     probe = DtypeProbe()
@@ -184,13 +190,12 @@ def run_trl(args, out: Path) -> dict:
     import transformers
 
     from echo_rl.models.fetch import resolve_model
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
 
     path = str(resolve_model("smollm2-135m"))
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     env = task_env(args, "train")
-    prompts = render_prompts(tok, env, INSTRUCT_SYSTEM)
+    prompts = render_prompts(tok, env, system_prompt(env))
     texts = [tok.decode(p) for p in prompts]
     bad = [i for i, (t, p) in enumerate(zip(texts, prompts)) if tok(t, add_special_tokens=False).input_ids != p]
     if bad:
@@ -249,10 +254,9 @@ def worker(args) -> None:
     out = Path(args.out) / f"rep{args.rep}_{args.contender}"
     out.mkdir(parents=True, exist_ok=True)
     res = (run_echo_rl if args.contender == "echo_rl" else run_trl)(args, out)
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
 
     test = task_env(args, "test")
-    prompts = render_prompts(res["tokenizer"], test, INSTRUCT_SYSTEM)[:args.eval_tasks or None]
+    prompts = render_prompts(res["tokenizer"], test, system_prompt(test))[:args.eval_tasks or None]
     t0 = time.perf_counter()
     success = evaluate(res.pop("model"), res.pop("tokenizer"), test, prompts, args.max_new_tokens)
     res.update(contender=args.contender, rep=args.rep, test_success=success, test_tasks=len(prompts),
@@ -268,13 +272,12 @@ def baseline(args) -> None:
     import transformers
 
     from echo_rl.models.fetch import resolve_model
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
 
     path = str(resolve_model("smollm2-135m"))
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     test = task_env(args, "test")
-    prompts = render_prompts(tok, test, INSTRUCT_SYSTEM)[:args.eval_tasks or None]
+    prompts = render_prompts(tok, test, system_prompt(test))[:args.eval_tasks or None]
     res = {"contender": "untrained", "test_success": evaluate(model, tok, test, prompts, args.max_new_tokens),
            "test_tasks": len(prompts)}
     out = Path(args.out)

@@ -10,6 +10,16 @@ here the episode is a chat (examples and the task in the first user message,
 each reply an assistant message, each observation a user message), which every
 chat API accepts and which keeps the prompt an append-only prefix for KV reuse.
 ``mode="act"`` is the paper's Act-only ablation.
+
+The turn protocol is the task's ``TaskFormat`` (``task_format``), the one LM
+training reads: its instruction joins the system prompt, its stop strings and
+budget bound a reply, and its parser turns the reply into the action. On a
+tool-use task the reply is a tool call: in the text format
+(``<bash>...</bash>``), or, where the backbone speaks OpenAI's tool calls
+(``supports_tools``: API backbones), as ``tools=[...]`` in the request and
+``tool_calls`` in the reply, with the observation sent back as a ``tool``
+message. Either way the env gets the call's canonical text; a reply without a
+valid call reaches the env as is and is answered with a warning.
 """
 
 from __future__ import annotations
@@ -18,9 +28,10 @@ import time
 from typing import Any
 
 from echo_rl.agents.base import (EpisodeResult, TextAgent, achat, alfworld_examples, alfworld_kind, clean_alfworld,
-                                 is_thought, match_admissible, parse_reply)
-from echo_rl.agents.prompts import TaskFormat, task_format
+                                 is_thought, match_admissible)
+from echo_rl.agents.prompts import TaskFormat, extract_reply, task_format
 from echo_rl.config import ConfigError
+from echo_rl.environments.tool_calls import ToolCall, ToolCallError, render_text, restore_stop
 from echo_rl.models.backbone import Backbone, Usage
 
 SYSTEM = {
@@ -59,8 +70,8 @@ class ReActAgent(TextAgent):
             self.name = "act"
 
     # -- prompt ------------------------------------------------------------------
-    def _messages(self, obs: str, info: dict, fmt: TaskFormat) -> list[dict]:
-        system = f"{SYSTEM[self.mode]} {fmt.instruction}"
+    def _messages(self, obs: str, info: dict, fmt: TaskFormat, native: bool = False) -> list[dict]:
+        system = fmt.system_prompt(SYSTEM[self.mode], native_tools=native)
         first = obs
         turns: list[dict] = []
         if self.task == "alfworld" and self.few_shot == "auto":
@@ -72,7 +83,9 @@ class ReActAgent(TextAgent):
             first = f"Here are examples.\n{self.few_shot}\nHere is the task.\n{obs}"
         return [{"role": "system", "content": system}, *turns, {"role": "user", "content": first}]
 
-    def _stop(self, fmt: TaskFormat) -> tuple[str, ...]:
+    def _stop(self, fmt: TaskFormat, native: bool = False) -> tuple[str, ...]:
+        if native:
+            return ()  # calls come back as tool_calls, not as tagged text
         if self.multiline == fmt.multiline:
             return fmt.stop
         return ("\n\n",) if self.multiline else ("\n",)
@@ -89,20 +102,24 @@ class ReActAgent(TextAgent):
                            options: dict | None = None) -> EpisodeResult:
         start = time.perf_counter()
         fmt = task_format(self.task, env)
-        stop = self._stop(fmt)
+        native = bool(fmt.tools) and getattr(self.backbone, "supports_tools", False)
+        stop = self._stop(fmt, native)
+        tools = {"tools": [t.schema() for t in fmt.tools]} if native else {}
         obs, info = env.reset(seed=seed, options=options)
         max_turns = max_steps or getattr(env, "max_steps", None) or 50
         obs = self._show(obs, info)
-        messages = self._messages(obs, info, fmt)
+        messages = self._messages(obs, info, fmt, native)
         traj = [{"role": "env", "text": obs}]
         self.episode_usage = Usage()
         reward, steps, turns, won = 0.0, 0, 0, bool(info.get("won"))
         for turns in range(1, max_turns + 1):
             reply = await achat(self.backbone, messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                                stop=stop, seed=turn_seed(seed, turns))
+                                stop=stop, seed=turn_seed(seed, turns), **tools)
             self.episode_usage = self.episode_usage + reply.usage
-            line = parse_reply(reply.text, self.multiline)
-            messages.append({"role": "assistant", "content": line})
+            line, call_id = self._parse(reply, fmt, native)
+            messages.append({"role": "assistant", "content": line} if call_id is None else
+                            {"role": "assistant", "content": "", "tool_calls": [
+                                ToolCall.from_openai(reply.tool_calls[0], fmt.tools).to_openai(call_id)]})
             traj.append({"role": "agent", "text": line})
             if self.mode == "react" and is_thought(line):
                 feedback = "OK."
@@ -121,10 +138,34 @@ class ReActAgent(TextAgent):
                 if terminated or truncated:
                     traj.append({"role": "env", "text": feedback})
                     break
-            messages.append({"role": "user", "content": feedback})
+            messages.append({"role": "user", "content": feedback} if call_id is None else
+                            {"role": "tool", "tool_call_id": call_id, "content": feedback})
             traj.append({"role": "env", "text": feedback})
         return EpisodeResult(str(info.get("task_id", "")), seed, won, reward, steps, turns, self.episode_usage, traj,
                              env_steps=steps, seconds=time.perf_counter() - start)
+
+
+    def _parse(self, reply: Any, fmt: TaskFormat, native: bool) -> tuple[str, str | None]:
+        """(the action or thought a reply holds, the id of the native tool call it answers or None).
+
+        The task's parser (``TaskFormat.action``) for tagged text, with the closing tag a stop string took off
+        put back; a native ``tool_calls`` entry becomes the same canonical text.
+        """
+        if native and getattr(reply, "tool_calls", None):
+            try:
+                call = ToolCall.from_openai(reply.tool_calls[0], fmt.tools)
+                return render_text(call, fmt.tools), str(reply.tool_calls[0].get("id") or "call_0")
+            except ToolCallError:
+                return reply.text.strip() or "(an invalid tool call)", None
+        text = reply.text
+        if fmt.tools:
+            if reply.finish_reason == "stop":
+                text = restore_stop(text, fmt.tools)
+            line = fmt.action(text)
+            return (line.strip() if line == text else line), None
+        if self.multiline == fmt.multiline:
+            return fmt.action(text), None
+        return extract_reply(text, self.multiline), None
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:

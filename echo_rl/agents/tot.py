@@ -90,7 +90,7 @@ class TreeOfThoughtsAgent(TextAgent):
 
     # -- prompts -------------------------------------------------------------------
     def _context(self, node: Node, first_obs: str, first_info: dict) -> str:
-        parts = [self._fmt.instruction]
+        parts = [self._fmt.system_prompt()]  # the task's instruction (+ the tool-call format of a tool-use task)
         if self.task == "alfworld" and self.few_shot == "auto":
             parts.append("Here are two examples of solved tasks.\n" +
                          alfworld_examples(alfworld_kind(first_info, first_obs), "act"))
@@ -120,7 +120,7 @@ class TreeOfThoughtsAgent(TextAgent):
         out: list[str] = []
         pieces = re.split(rf"(?m)^\s*{SEPARATOR}\s*$", reply.text) if self.multiline else reply.text.splitlines()
         for line in pieces:
-            action = parse_reply(line, self.multiline)
+            action = self._fmt.action(line) if self._fmt.tools else parse_reply(line, self.multiline)
             if not action or is_thought(action):
                 continue
             if admissible:

@@ -203,12 +203,14 @@ class LMConfig(ConfigBase):
     learning_rate: float | None = spec(None, help="AdamW learning rate of the language model during RL (None: 1e-4 "
                                                   "for a tiny random backbone, 1e-5 for a pretrained one)", gt=0)
     group_size: int = spec(4, help="episodes per task seed (one GRPO group); num_actors must be a multiple", min=1)
-    action_mode: str = spec("generate", help="generate: free text, first line parsed; choose: pick among the "
-                                             "admissible actions by likelihood", choices=("generate", "choose"))
+    action_mode: str = spec("generate", help="generate: free text, parsed by the task's reply format; choose: "
+                                             "pick among the admissible actions by likelihood",
+                            choices=("generate", "choose"))
     temperature: float = spec(1.0, help="sampling temperature of training rollouts", min=0)
     eval_temperature: float = spec(0.0, help="sampling temperature of held-out evaluation episodes (0: greedy; "
                                              "sampled ones use fixed per-episode seeds)", min=0)
-    max_new_tokens: int = spec(16, help="tokens one reply may have at most (generate mode)", min=1)
+    max_new_tokens: int | None = spec(None, help="tokens one reply may have at most (generate mode; None: the "
+                                                 "task's budget, TaskFormat.max_tokens)", min=1)
     max_turns: int = spec(64, help="turns per episode at most (the environment's own limit also applies)", min=1)
     max_episode_tokens: int = spec(4096, help="an episode whose context would pass this many tokens ends there "
                                               "(truncated, like a time limit), so one long episode cannot "

@@ -9,8 +9,8 @@ gymnasium tasks of :mod:`echo_rl.environments.gym_vector`: ``gym:<EnvId>``
 
 Text tasks (language-model agents) are :class:`TaskSpec` entries: the factory
 and what the rest of EchoRL needs to know about the task (its training and
-held-out splits, whether answers span lines, the reply format the prompting
-agents ask for, where its data comes from). Every text task registers
+held-out splits, whether answers span lines, its turn protocol (the reply
+format LM training and the prompting agents read), where its data comes from). Every text task registers
 itself from its own module with :func:`register_text_env` (or
 :func:`register_task`) - the built-ins at the end of ``alfworld.py``,
 ``webshop.py`` and the rest, a user's task from the user's module. A task
@@ -55,9 +55,10 @@ class TaskSpec:
     train_config: Mapping[str, Any] = field(default_factory=dict)  # env overrides for training episodes
     eval_config: Mapping[str, Any] = field(default_factory=dict)  # env overrides for held-out evaluation
     multiline: bool = False  # answers span several lines (ARC's grids): replies are not cut at the first line
-    # what the prompting agents (ReAct, Act-only, ToT) ask of a reply: a TaskFormat (instruction, one-shot
-    # example, stop strings, token budget), or env -> TaskFormat where it depends on the env's settings;
-    # None: the generic format (see echo_rl.environments.reply_format)
+    # the task's turn protocol, read by LM rollouts, SFT and the prompting agents (ReAct, Act-only, ToT): a
+    # TaskFormat (instruction, one-shot example, reply parser, tools, observation role, stop strings, token
+    # budget), or env -> TaskFormat where it depends on the env's settings; None: the generic format (see
+    # echo_rl.environments.reply_format; a tool-use task: reply_format.tool_format)
     reply_format: TaskFormat | Callable[[Any], TaskFormat] | None = None
     data: str = ""  # where its data comes from / what it needs, one line (listings, skip messages)
     description: str = ""

@@ -125,6 +125,20 @@ def parse_text(reply: str, tools: Iterable[Tool] = TERMINAL_TOOLS) -> ToolCall:
     return ToolCall(tool.name, {tool.argument: reply[match.end():end].strip("\n")})
 
 
+def restore_stop(reply: str, tools: Iterable[Tool] = TERMINAL_TOOLS) -> str:
+    """``reply`` with the closing tag put back where a backbone stopped on it (APIs and local backbones drop
+    the stop string from the text): only when the reply ends inside an open call. Call it for replies that
+    ended on a stop, never for ones cut by the token budget (that would run half a command)."""
+    tools = tuple(tools)
+    names = "|".join(re.escape(t.name) for t in tools)
+    opened = list(re.finditer(rf"<({names})>", reply))
+    if opened:
+        tool = _find(opened[-1].group(1), tools)
+        if reply.find(tool.close_tag, opened[-1].end()) < 0:
+            return reply + tool.close_tag
+    return reply
+
+
 def stop_strings(tools: Iterable[Tool] = TERMINAL_TOOLS) -> tuple[str, ...]:
     """Where a reply in the text format ends (the stop string itself is kept in the reply)."""
     return tuple(t.close_tag for t in tools)

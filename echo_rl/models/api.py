@@ -153,8 +153,10 @@ class APIBackbone(Backbone):
     request. ``timeout`` goes to the SDK; ``max_retries`` bounds our retries
     of transient failures (see :meth:`_call`; a 4xx is never retried);
     ``requests_per_minute`` throttles on our side so a sweep stays under the
-    provider's limit.
+    provider's limit. ``chat(..., tools=[...])`` uses OpenAI's tool calls (``supports_tools``).
     """
+
+    supports_tools = True
 
     def __init__(self, model: str, *, provider: str = "openai", base_url: str | None = None,
                  api_key: str | None = None, api_key_env: str | None = None, timeout: float = 60.0,
@@ -257,14 +259,20 @@ class APIBackbone(Backbone):
             self._sleep(delay)
 
     # -- protocol --------------------------------------------------------------
-    def chat(self, messages: Sequence[Message], **sampling: Any) -> Completion:
+    def chat(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None,
+             **sampling: Any) -> Completion:
+        """``tools``: OpenAI ``tools=[...]`` entries (``Tool.schema()``); the reply's calls come back in
+        ``Completion.tool_calls``, and ``messages`` may then hold tool-call turns."""
         p = SamplingParams(**sampling)
         args = self._request_args(p)
         if p.logprobs:
             args["logprobs"] = True
             if p.top_logprobs:
                 args["top_logprobs"] = p.top_logprobs
-        resp = self._call(self._client.chat.completions.create, messages=check_messages(messages), **args)
+        if tools:
+            args["tools"] = list(tools)
+        resp = self._call(self._client.chat.completions.create, messages=check_messages(messages, tools=True),
+                          **args)
         choice = resp.choices[0]
         logprobs = None
         content = getattr(getattr(choice, "logprobs", None), "content", None)
@@ -273,8 +281,11 @@ class APIBackbone(Backbone):
                         for t in content]
         usage = self._usage_of(resp.usage)
         self._record(usage)
+        calls = [{"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                                "arguments": c.function.arguments}}
+                 for c in (getattr(choice.message, "tool_calls", None) or []) if getattr(c, "function", None)]
         return Completion(choice.message.content or "", choice.finish_reason or "stop", usage, resp.model,
-                          logprobs=logprobs)
+                          logprobs=logprobs, tool_calls=calls or None)
 
     def complete(self, prompt: str, **sampling: Any) -> Completion:
         p = SamplingParams(**sampling)

@@ -67,6 +67,7 @@ class Completion:
     token_ids: list[int] | None = None  # sampled ids, exactly as sampled (local backbones)
     prompt_token_ids: list[int] | None = None
     logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI's tool_calls entries (backbones with supports_tools)
 
 
 class TextDelta(str):
@@ -113,18 +114,32 @@ class SamplingParams:
             raise ConfigError(f"stop={self.stop!r} is invalid: up to 4 non-empty strings")
 
 
-def check_messages(messages: Sequence[Message]) -> list[Message]:
-    """Validate a chat message list (roles and string content) and return it as plain dicts."""
+def check_messages(messages: Sequence[Message], tools: bool = False) -> list[Message]:
+    """Validate a chat message list (roles and string content) and return it as plain dicts.
+
+    ``tools``: OpenAI's tool-call turns are allowed too (an assistant message's ``tool_calls``, ``tool``
+    messages with their ``tool_call_id``), for backbones that pass them on as they are.
+    """
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ConfigError("messages must be a non-empty list of {role, content} dicts")
+    roles = ("system", "user", "assistant", "developer") + (("tool",) if tools else ())
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer"):
-            raise ConfigError(f"messages[{i}] is invalid: needs role in system, user, assistant, developer")
+        if not isinstance(m, dict) or m.get("role") not in roles:
+            raise ConfigError(f"messages[{i}] is invalid: needs role in {', '.join(roles)}")
         if not isinstance(m.get("content"), str):
             raise ConfigError(f"messages[{i}].content must be a string")
         role = "system" if m["role"] == "developer" else m["role"]
-        out.append({"role": role, "content": m["content"]})
+        msg = {"role": role, "content": m["content"]}
+        if tools and role == "tool":
+            if not isinstance(m.get("tool_call_id"), str):
+                raise ConfigError(f"messages[{i}].tool_call_id must be a string (the call this tool result answers)")
+            msg["tool_call_id"] = m["tool_call_id"]
+        if tools and role == "assistant" and m.get("tool_calls"):
+            if not isinstance(m["tool_calls"], list) or not all(isinstance(c, dict) for c in m["tool_calls"]):
+                raise ConfigError(f"messages[{i}].tool_calls must be a list of OpenAI tool_calls entries")
+            msg["tool_calls"] = m["tool_calls"]
+        out.append(msg)
     return out
 
 
@@ -132,6 +147,7 @@ class Backbone(ABC):
     """A language model an agent can query; thread-safe accounting of usage."""
 
     name: str = "backbone"
+    supports_tools: bool = False  # chat(..., tools=[schema...]) returns Completion.tool_calls (OpenAI's format)
 
     def __init__(self) -> None:
         self._usage = Usage()

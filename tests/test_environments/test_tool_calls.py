@@ -54,3 +54,13 @@ def test_schema_stop_strings_and_instruction():
     with pytest.raises(ToolCallError):
         render_text(ToolCall("submit", {"answer": "x</submit>"}))
     assert SUBMIT.argument == "answer"
+
+
+def test_restore_stop_closes_only_a_call_left_open_by_a_stop():
+    from echo_rl.environments.tool_calls import restore_stop
+
+    assert restore_stop("think first\n<bash>ls -la") == "think first\n<bash>ls -la</bash>"
+    assert restore_stop("<submit>42") == "<submit>42</submit>"
+    assert restore_stop("<bash>ls</bash>") == "<bash>ls</bash>"  # already closed: unchanged
+    assert restore_stop("no call at all") == "no call at all"
+    assert parse_text(restore_stop("<bash>ls</bash> then <bash>rm")) == ToolCall("bash", {"command": "ls"})

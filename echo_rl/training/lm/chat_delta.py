@@ -16,6 +16,7 @@ before any rollout and names the first divergence.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -23,6 +24,9 @@ from echo_rl.config import ConfigError
 from echo_rl.types import ENV_OUTPUT, TEMPLATE, WARNING, role_code
 
 Message = dict[str, str]
+
+_TOOL_ROLE = re.compile(r"""role['"\]]*\s*(?:==|!=)\s*['"]tool['"]|['"]tool['"]\s*(?:==|!=)""")
+_TOOLS_VAR = re.compile(r"\btools\b")
 
 
 class TemplatePrefixError(ConfigError):
@@ -83,6 +87,18 @@ class ChatRenderer:
         if not self.chat_template:
             raise ConfigError("the tokenizer has no chat template; pass chat_template=")
         self._turn_end: dict[str, list[int]] = {}
+
+    # -- what the template knows ------------------------------------------------
+    @property
+    def has_tool_role(self) -> bool:
+        """The template treats a ``tool`` message as such (it names the role), rather than printing any role
+        name it is given: only then do observations go out as tool results."""
+        return bool(_TOOL_ROLE.search(self.chat_template))
+
+    @property
+    def accepts_tools(self) -> bool:
+        """The template renders a ``tools=[...]`` schema list (a model trained on its own tool-call format)."""
+        return bool(_TOOLS_VAR.search(self.chat_template))
 
     # -- primitives ------------------------------------------------------------
     def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:

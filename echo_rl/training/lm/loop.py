@@ -48,13 +48,14 @@ import numpy as np
 import torch
 
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
+from echo_rl.environments.reply_format import task_format
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.chat_delta import ChatRenderer
 from echo_rl.training.lm.generator import LMGenerator
 from echo_rl.training.lm.objectives import get_objective
 from echo_rl.training.lm.plan import LMPlanner
 from echo_rl.training.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
-from echo_rl.training.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig
+from echo_rl.training.lm.rollout import RolloutConfig
 from echo_rl.training.lm.sft import expert_trajectory, sft_batches
 from echo_rl.training.lm.trainer import LMTrainer
 from echo_rl.training.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
@@ -125,8 +126,7 @@ class LMAgent(AgentBase):
         self.judge = self._make_judge() if lm.reward != "env" else None
         self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
                                             max_new_tokens=lm.max_new_tokens, temperature=lm.temperature,
-                                            max_context=lm.max_episode_tokens,
-                                            system_prompt=DEFAULT_SYSTEM if self.tiny else INSTRUCT_SYSTEM)
+                                            max_context=lm.max_episode_tokens, task=config.env_name)
         self.env_steps = 0
         self.updates = 0
         self.sft_done = not (lm.sft_episodes and lm.sft_steps)
@@ -301,7 +301,7 @@ class LMAgent(AgentBase):
             n, turns = self.config.lm_config.heldout_pool, self.config.lm_config.max_turns
             self._heldout = [expert_trajectory(self.env(held_out=True), self.renderer,
                                                seed=HELD_OUT_SEED_BASE + HELD_OUT_POOL_OFFSET + i, max_turns=turns,
-                                               system=self.rollout_config.system_prompt)
+                                               task=self.config.env_name)
                              for i in range(n)]
         return self._heldout
 
@@ -316,6 +316,7 @@ class LMAgent(AgentBase):
             key = {"backbone": cfg.backbone, "seed": cfg.seed, "env_name": cfg.env_name,
                    "env": env_kwargs(cfg, False), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
                                                           lm.max_turns, lm.sft_batch_episodes, lm.compute_dtype],
+                   "protocol": repr(task_format(cfg.env_name, self.env(held_out=False))),  # prompt, parser, role
                    "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
             if lm.lora_rank:  # adapters change what SFT trains and the state's keys (absent: full fine-tuning)
                 key["lora"] = [lm.lora_rank, lm.lora_alpha, lm.lora_targets]
@@ -332,7 +333,7 @@ class LMAgent(AgentBase):
         done = self.progress.count("[sft]", lm.sft_steps, "steps", f"warm start on {lm.sft_episodes} expert "
                                    f"episodes, {min(lm.sft_batch_episodes or lm.sft_episodes, lm.sft_episodes)} a step")
         demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns,
-                                   system=self.rollout_config.system_prompt) for s in seeds]
+                                   task=cfg.env_name) for s in seeds]
         m: dict[str, float] = {}
         for batch in sft_batches(demos, lm.sft_steps, lm.sft_batch_episodes, rng):
             m = self.learner.sft_update(batch)

@@ -1,8 +1,21 @@
 """Text-environment episodes through the execution engine, into :class:`~echo_rl.types.TokenTrajectory`.
 
+The task's turn protocol (its :class:`~echo_rl.environments.reply_format.TaskFormat`,
+looked up once per episode with ``task_format``, as the prompting agents do)
+gives the system prompt, the observations' chat role (``tool`` where the task
+asks for it and the template has that role), the stop strings, the token
+budget and the one reply parser: first line, whole multi-line reply, or tool
+call (handed to the env as its canonical ``<bash>...</bash>`` text; a reply
+with no valid call reaches the env as is and comes back as a ``warning``).
+
 Two ways to act. ``generate``: the engine samples a reply that ends at the
-template's end-of-turn token; its first line is the action text (the env
-answers an unparsable one with a ``warning``). ``choose``: every admissible
+template's end-of-turn token or the budget; it is cut after the token that
+completes a stop string (the tokens kept are a prefix of the sampled ones,
+their log-probs unchanged, and the template's end-of-turn tokens follow as
+context), then parsed into the action. Token-in, token-out: the trajectory
+holds the sampled ids as sampled and each observation's ids as rendered once
+(a delta after the last assistant turn), and each turn's prompt is exactly the
+trajectory so far, so nothing is decoded and re-encoded across turns. ``choose``: every admissible
 action is scored by its log-likelihood under the current weights (candidate
 tokens + the end-of-turn token, teacher-forced) and one is picked greedily or
 by sampling from the softmax over those scores; its tokens and per-token
@@ -29,46 +42,64 @@ import numpy as np
 import torch
 
 from echo_rl.config import BandwidthConfig
+from echo_rl.environments.reply_format import TaskFormat, task_format
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.training.lm.trajectory import TrajectoryBuilder
 from echo_rl.types import TokenTrajectory
 
 ACTION_MODES = ("generate", "choose")
-DEFAULT_SYSTEM = "You are an agent in a text environment. Reply with exactly one action on one line."
-# for pretrained instruct models, which otherwise chat: the format the tasks parse, said plainly
-INSTRUCT_SYSTEM = ("You are an agent in a text game. Each turn, reply with exactly one action, written exactly "
-                   "as the game lists it, and nothing else.")
+#: the LM path's line before the task's instruction in the system prompt (``TaskFormat.system_prompt``)
+LM_INTRO = "You are an agent in a text environment."
 
 
 @dataclass
 class RolloutConfig:
+    """``task``: the registered task whose turn protocol (``TaskFormat``) episodes follow (None: the generic
+    one); ``max_new_tokens``, ``system_prompt`` and ``observation_role`` left at None take the task's."""
+
     action_mode: str = "generate"
     max_turns: int = 16
-    max_new_tokens: int = 32
+    max_new_tokens: int | None = None  # None: the task's token budget (TaskFormat.max_tokens)
     temperature: float = 1.0
     top_p: float = 1.0
-    system_prompt: str | None = DEFAULT_SYSTEM
-    observation_role: str = "user"
+    system_prompt: str | None = None  # None: the task's (LM_INTRO + its instruction); "": no system message
+    observation_role: str | None = None  # None: the task's, where the chat template has it (else user)
+    task: str | None = None
     max_observation_tokens: int | None = None  # longer observations are cut (warnings kept first)
     max_context: int | None = None  # the episode ends (truncated) before its context passes this many tokens
 
     def __post_init__(self) -> None:
         if self.action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode={self.action_mode!r} is invalid: allowed: {', '.join(ACTION_MODES)}")
-        if self.max_turns < 1 or self.max_new_tokens < 1:
+        if self.max_turns < 1 or (self.max_new_tokens is not None and self.max_new_tokens < 1):
             raise ValueError(f"max_turns={self.max_turns}, max_new_tokens={self.max_new_tokens} are invalid: "
                              "must be >= 1")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} is invalid: must be >= 0")
 
 
-def first_line_action(text: str) -> str:
-    """The reply's first non-empty line, stripped (free-generation parsing)."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+def lm_turn_setup(fmt: TaskFormat, renderer: ChatRenderer, system_prompt: str | None = None,
+                  observation_role: str | None = None) -> tuple[str | None, str]:
+    """(system prompt, observation chat role) of an LM episode under ``fmt``: rollouts and SFT both use it,
+    so demonstrations and rollouts see the same prompt. Explicit arguments override the task's."""
+    system = fmt.system_prompt(LM_INTRO) if system_prompt is None else (system_prompt or None)
+    return system, observation_role or fmt.chat_role(renderer.has_tool_role)
+
+
+def stop_cut(token_ids: Sequence[int], stops: Sequence[str], decode: Callable[[Sequence[int]], str]) -> int:
+    """How many of ``token_ids`` to keep: up to the token that completes the first stop string (kept), all of
+    them when none occurs. A prefix of what was sampled, so its log-probs stay those of the sampler."""
+    if not stops or not any(s in decode(token_ids) for s in stops):
+        return len(token_ids)
+    lo, hi = 1, len(token_ids)  # the shortest prefix whose text holds a stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in decode(token_ids[:mid]) for s in stops):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 class CandidateScorer:
@@ -122,12 +153,13 @@ class LMRolloutWorker:
     """Runs episodes of a text env with a language-model policy served by ``engine``."""
 
     def __init__(self, engine: Any, renderer: ChatRenderer, config: RolloutConfig | None = None, *,
-                 scorer: CandidateScorer | None = None, parse: Callable[[str], str] = first_line_action,
+                 scorer: CandidateScorer | None = None, parse: Callable[[str], str] | None = None,
                  plan: Callable[[np.random.Generator], Any] | None = None,
                  tracker: BandwidthEfficiencyTracker | None = None) -> None:
         """``plan``: a factory of per-episode :class:`~echo_rl.training.lm.plan.EpisodePlan` (latent plan as a
         soft prefix before each action), or None for no plan. ``tracker``: the trainer's η_bw tracker (default:
-        one of the worker's own, at the engine's bandwidth scale)."""
+        one of the worker's own, at the engine's bandwidth scale). ``parse``: reply text -> action, replacing the
+        task's parser (``TaskFormat.action``)."""
         self.engine, self.renderer = engine, renderer
         scale = getattr(getattr(engine, "config", None), "bandwidth_scale", 1.0)
         self.bandwidth = tracker if tracker is not None else BandwidthEfficiencyTracker(BandwidthConfig(scale=scale))
@@ -136,13 +168,20 @@ class LMRolloutWorker:
         if self.config.action_mode == "choose" and scorer is None:
             raise ValueError("action_mode='choose' needs a scorer (CandidateScorer over the policy's weights)")
         self.scorer, self.parse = scorer, parse
-        check_prefix_preserving(renderer, observation_role=self.config.observation_role)
+        self._checked_roles: set[str] = set()
+        self._check_role(lm_turn_setup(task_format(self.config.task), renderer, self.config.system_prompt,
+                                       self.config.observation_role)[1])
         end = renderer.turn_end([{"role": "user", "content": "x"}])
         if not end:
             raise ValueError("the chat template has no end-of-turn tokens, so replies cannot be stopped")
         self.turn_end_id = end[0]
         eos = getattr(renderer.tokenizer, "eos_token_id", None)
         self.stop_ids = tuple(sorted({self.turn_end_id} | ({eos} if eos is not None else set())))
+
+    def _check_role(self, role: str) -> None:
+        if role not in self._checked_roles:  # once per role: the template must append turns in it
+            check_prefix_preserving(self.renderer, observation_role=role)
+            self._checked_roles.add(role)
 
     async def episode(self, env: Any, *, seed: int, options: dict | None = None, group_id: int = 0,
                       episode_id: int = 0, sample_seed: int | None = None,
@@ -155,9 +194,15 @@ class LMRolloutWorker:
         t0 = time.perf_counter()
         _, info = env.reset(seed=seed, options=options)
         t_env += time.perf_counter() - t0
+        fmt = task_format(cfg.task, env)
+        system, role = lm_turn_setup(fmt, self.renderer, cfg.system_prompt, cfg.observation_role)
+        self._check_role(role)
+        parse = self.parse or fmt.action
+        budget = cfg.max_new_tokens or fmt.max_tokens
+        decode = lambda ids: self.renderer.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
         version = self.engine.policy_version if cfg.action_mode == "generate" else self.scorer.version()
-        b = TrajectoryBuilder(self.renderer, info["segments"], system=cfg.system_prompt,
-                              observation_role=cfg.observation_role, group_id=group_id, episode_id=episode_id,
+        b = TrajectoryBuilder(self.renderer, info["segments"], system=system,
+                              observation_role=role, group_id=group_id, episode_id=episode_id,
                               policy_version=version, max_observation_tokens=cfg.max_observation_tokens)
         rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
         ep_plan = None if self.plan is None else self.plan(np.random.default_rng([rng.integers(2**31), 1]))
@@ -168,18 +213,19 @@ class LMRolloutWorker:
             n_ctx = len(b.token_ids)
             p_rows = 0 if ep_plan is None else ep_plan.planner.num_tokens
             limit = min(self.engine.max_context, cfg.max_context or self.engine.max_context)
-            if n_ctx + p_rows + cfg.max_new_tokens > limit:
+            if n_ctx + p_rows + budget > limit:
                 truncated = True  # the context is full: the episode ends here, as a time limit would
                 break
             prefix = None if ep_plan is None else await self.engine.call(ep_plan.next_prefix, b.token_ids)
             if cfg.action_mode == "generate":
                 res = await self.engine.generate(
-                    b.token_ids, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                    b.token_ids, max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p,
                     stop_token_ids=self.stop_ids, seed=int(rng.integers(2**31)), plan_embeddings=prefix)
-                ids, lps = res.token_ids, res.logprobs
-                versions.update(res.policy_versions)
-                text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
-                action = self.parse(text)
+                keep = stop_cut(res.token_ids, fmt.stop, decode)
+                ids, lps = res.token_ids[:keep], res.logprobs[:keep]
+                versions.update(res.policy_versions[:keep])
+                text = decode(ids)
+                action = parse(text)
             else:
                 action, ids, lps = await self.engine.call(self._choose, b.token_ids, info.get("admissible_actions"),
                                                           rng, prefix)

@@ -3,7 +3,8 @@
 The environments' hand-coded experts act; their action text is encoded once
 (plus the end-of-turn token the policy must learn to emit) and laid out with
 the same delta rendering as rollouts, so SFT and RL see identical token
-streams and roles. Behaviour log-probs are 0 (no policy sampled these
+streams and roles; the system prompt, observation role and reply format are the
+task's turn protocol (``task_format``), the same the rollouts read. Behaviour log-probs are 0 (no policy sampled these
 tokens); ``info["source"] == "expert"`` marks them, and they are meant for
 :meth:`LMLearner.sft_update`, not for a policy-gradient step.
 """
@@ -13,18 +14,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from echo_rl.environments.reply_format import task_format
 from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.rollout import DEFAULT_SYSTEM
+from echo_rl.training.lm.rollout import lm_turn_setup
 from echo_rl.training.lm.trajectory import TrajectoryBuilder
 from echo_rl.types import TokenTrajectory
 
 
 def expert_trajectory(env: Any, renderer: ChatRenderer, *, seed: int, options: dict | None = None,
-                      system: str | None = DEFAULT_SYSTEM, observation_role: str = "user",
+                      task: str | None = None, system: str | None = None, observation_role: str | None = None,
                       max_turns: int = 64, episode_id: int = 0) -> TokenTrajectory:
+    """One expert episode of ``task``'s env; ``system`` / ``observation_role`` left at None are the task's
+    (as in :class:`~echo_rl.training.lm.rollout.RolloutConfig`)."""
     if not getattr(env, "has_expert", False):
         raise ValueError(f"{type(env).__name__} has no expert to demonstrate with")
     _, info = env.reset(seed=seed, options=options)
+    system, observation_role = lm_turn_setup(task_format(task, env), renderer, system, observation_role)
     b = TrajectoryBuilder(renderer, info["segments"], system=system, observation_role=observation_role,
                           episode_id=episode_id)
     end = renderer.turn_end([{"role": "user", "content": "x"}])
