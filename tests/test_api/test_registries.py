@@ -35,7 +35,7 @@ def test_built_in_tasks_carry_their_metadata_from_their_own_modules():
     assert split_configs("arc") == ({"split": "training"}, {"split": "evaluation"})
     assert split_configs("webshop") == split_configs("minigrid:MiniGrid-Empty-5x5-v0") == ({}, {})
     assert task_spec("BabyAI-GoToRedBall-v0").name == "minigrid"  # every MiniGrid id is MiniGrid's text task
-    assert [t for t in registry.text_task_names() if task_spec(t).multiline] == ["arc", "terminal", "intercode_bash"]
+    assert [t for t in registry.text_task_names() if task_spec(t).multiline] == ["arc"]
     assert all(task_spec(t).prompting and task_spec(t).data for t in ("alfworld", "webshop", "cruxeval", "arc"))
     assert task_spec("alfworld").factory.__module__ == "echo_rl.environments.alfworld"
     with pytest.raises(ConfigError, match="vector task"):

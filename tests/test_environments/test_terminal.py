@@ -16,7 +16,7 @@ from echo_rl.environments.terminal.generator import (HELD_OUT_TEMPLATES, TEMPLAT
                                                       task_keys)
 from echo_rl.environments.terminal.shell import Limits, ShellSession, episode_uid
 from echo_rl.environments.terminal.task import TaskError, TerminalTask, load_task, split_commands
-from echo_rl.environments.tool_calls import stop_strings
+from echo_rl.environments.tool_calls import TERMINAL_TOOLS, stop_strings
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +55,8 @@ def run_oracle(env, index):
 
 
 def test_one_shell_keeps_cwd_variables_and_background_jobs(shell):
-    assert shell.run("mkdir d && cd d && X=41 && sleep 30 &").exit_code == 0
-    shell.run("cd /app/d; Y=1")
+    assert shell.run("mkdir d && sleep 30 &").exit_code == 0  # the job starts in the background
+    assert shell.run("while [ ! -d d ]; do sleep 0.01; done; cd d; Y=1").exit_code == 0
     out = shell.run("pwd; echo $((Y + 1)); jobs | wc -l")
     assert out.output == "/app/d\n2\n1\n" and out.exit_code == 0
     assert shell.run("false").exit_code == 1
@@ -129,8 +129,9 @@ def test_max_turns_end_the_episode_and_the_verifier_still_scores(sandbox_ok):
 
 def test_registered_task_spec_and_contract(sandbox_ok):
     spec = task_spec("terminal")
-    assert spec.multiline and spec.reply_format is TERMINAL_FORMAT and TERMINAL_FORMAT.stop == stop_strings()
-    assert "<bash>COMMAND</bash>" in TERMINAL_FORMAT.instruction and spec.eval_config == {"split": "test"}
+    assert spec.reply_format is TERMINAL_FORMAT and TERMINAL_FORMAT.stop == stop_strings()
+    assert TERMINAL_FORMAT.parser == "tool_call" and TERMINAL_FORMAT.tools == TERMINAL_TOOLS
+    assert "<bash>COMMAND</bash>" in TERMINAL_FORMAT.system_prompt() and spec.eval_config == {"split": "test"}
     env = make_env("terminal", split="test", level=2, instances_per_template=5)
     assert {t.metadata["level"] for t in env.tasks} == {2}
     check_env(env, skip_render_check=True)

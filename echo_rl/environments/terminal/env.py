@@ -32,12 +32,12 @@ from typing import Any
 from echo_rl.config import ConfigBase, ConfigError, spec
 from echo_rl.environments import registry
 from echo_rl.environments.base import StepOutcome, TextEnvironment, env_output, make_config, max_steps_spec, warning
-from echo_rl.environments.reply_format import TaskFormat
+from echo_rl.environments.reply_format import tool_format
 from echo_rl.environments.terminal.shell import ShellSession, episode_uid, run_script
 from echo_rl.environments.terminal.task import TaskError, TerminalTask, load_tasks, split_commands, with_limits
 from echo_rl.environments.terminal.verify import Verdict, run_verifier
 from echo_rl.environments.tool_calls import (TERMINAL_TOOLS, ToolCall, ToolCallError, format_instruction, parse_text,
-                                             render_text, stop_strings)
+                                             render_text)
 
 NO_OUTPUT = "(no output)"
 SPLITS = ("train", "test", "all")
@@ -220,19 +220,18 @@ class TerminalEnvironment(TextEnvironment):
         super().close()
 
 
-TERMINAL_FORMAT = TaskFormat(
-    instruction=("You work in a Linux terminal to complete the task. " + format_instruction(TERMINAL_TOOLS)
-                 + "\nYou see each command's output. When the task is done, submit (an empty answer for file work)."),
+TERMINAL_FORMAT = tool_format(
+    "You work in a Linux terminal to complete the task. You see each command's output. When the task is "
+    "done, submit (an empty answer for file work).", TERMINAL_TOOLS,
     example="Create a file named greeting.txt in the current directory that contains the line: hello",
     answer="<bash>echo hello > greeting.txt</bash>",
     thought="One echo with a redirect writes the file.",
-    more=((NO_OUTPUT, "<submit></submit>"),),
-    multiline=True, stop=stop_strings(TERMINAL_TOOLS), max_tokens=256)
+    more=((NO_OUTPUT, "<submit></submit>"),), max_tokens=256)
 
 
 registry.register_text_env(
     "terminal", lambda **kw: TerminalEnvironment(TerminalConfig(**kw)), train_config={"split": "train"},
-    eval_config={"split": "test"}, multiline=True, reply_format=TERMINAL_FORMAT,
+    eval_config={"split": "test"}, reply_format=TERMINAL_FORMAT,
     description="Terminal tasks: shell commands in a bubblewrap sandbox, scored by a verifier (generated or "
                 "Harbor-layout task directories)",
     data="none for generated tasks (needs bubblewrap); task_dir=... for Harbor-layout task directories")
