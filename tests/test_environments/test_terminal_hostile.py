@@ -114,6 +114,11 @@ def test_network_is_unreachable(env):
     assert reward == 0.0 and not hits and not any(w in "".join(outs) for w in ("connected", "fetched", "internet"))
 
 
+def test_no_user_namespace_inside_the_shell(env):
+    outs, reward, _ = episode(env, "unshare -U true && echo made-userns", "unshare -Ur id && echo mapped-root")
+    assert reward == 0.0 and "made-userns" not in outs[0] and "mapped-root" not in outs[1]
+
+
 def test_signals_cannot_reach_host_processes(env):
     victim = subprocess.Popen(["sleep", "60"])
     try:

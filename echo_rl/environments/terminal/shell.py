@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from echo_rl.environments.sandbox import INSTALL_HINT, SANDBOX_GID, SANDBOX_UID, SandboxUnavailable
+from echo_rl.environments.sandbox import INSTALL_HINT, SANDBOX_GID, SANDBOX_UID, SandboxUnavailable, seccomp_fd
 
 #: per-episode uids when running as root: a range no distribution allocates
 UID_BASE, UID_SPAN = 3_000_000, 1 << 20
@@ -91,13 +91,15 @@ def episode_uid() -> int:
 
 
 def sandbox_argv(uid: int, binds: list[tuple[str, str, bool]], env: dict[str, str], limits: Limits,
-                 info_fd: int) -> list[str]:
+                 info_fd: int, seccomp: bool = False) -> list[str]:
     """The bwrap + setpriv command line before the program; ``binds`` are (host, sandbox path, writable)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(f"terminal tasks need bubblewrap (`bwrap` is not on PATH): {INSTALL_HINT}")
     cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+    if seccomp:  # refuses new user namespaces: as root, bwrap's --disable-userns is not available
+        cmd += ["--seccomp", "{seccomp_fd}"]
     base_env = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb", "USER": "agent"}
     for key, value in {**base_env, **env}.items():
         cmd += ["--setenv", key, value]
@@ -189,8 +191,12 @@ class _Sandbox:
             os.write(w, text.encode())
             os.close(w)
             fds[key] = r
+        filter_fd = seccomp_fd()
+        if filter_fd is not None:
+            fds["{seccomp_fd}"] = filter_fd
         try:
-            argv = [str(fds.get(a, a)) for a in sandbox_argv(uid, binds, env, limits, info_w)] + program
+            argv = [str(fds.get(a, a)) for a in sandbox_argv(uid, binds, env, limits, info_w,
+                                                             seccomp=filter_fd is not None)] + program
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          pass_fds=(info_w, *fds.values()), start_new_session=True, cwd="/",
