@@ -78,19 +78,22 @@ def test_trajectories_without_anchor_states_are_one_clear_error(chatml_tokenizer
         learner.update([_traj(r, k, 0, anchor_states=["a"]) for k in range(2)])
 
 
-def test_gigpo_and_echo_through_the_trainer_on_minigrid(checkpoint, tmp_path):
+def test_gigpo_and_echo_through_the_cli_on_minigrid(checkpoint, tmp_path):
     """--set lm_config.objective=gigpo: MiniGrid's state keys reach the learner and two updates run."""
-    assert get_objective("gigpo").advantages is not None
-    cfg = _cfg(checkpoint, total_timesteps=100, **{"lm_config.max_updates": 2, "lm_config.objective": "gigpo",
-                                                   "lm_config.gigpo_norm": "none", "lm_config.sft_episodes": 0,
-                                                   "lm_config.heldout_pool": 0, "lm_config.eval_every_updates": 2,
-                                                   "echo_config.latent_plan": False})
+    from echo_rl.cli import main
+
     run = tmp_path / "run"
-    asyncio.run(EchoRLTrainer(cfg, run, show_progress=False).train())
+    assert main(["train", "--task", "minigrid:MiniGrid-Empty-Random-5x5-v0", "--agent", "echo-rl", "--no-plan",
+                 "--backbone", str(checkpoint), "--timesteps", "100", "--num-actors", "2", "--batch-size", "2",
+                 "--run-dir", str(run), "--no-progress", "--set", "lm_config.objective=gigpo",
+                 "--set", "lm_config.gigpo_norm=none", "--set", "lm_config.group_size=2",
+                 "--set", "lm_config.sft_episodes=0", "--set", "lm_config.heldout_pool=0",
+                 "--set", "lm_config.max_updates=2", "--set", "lm_config.max_turns=3",
+                 "--set", "lm_config.max_new_tokens=4", "--set", "evaluation_episodes=1"]) == 0
     rows = [r for r in _rows(run) if "lm/loss" in r]
     assert len(rows) == 2
     for row in rows:  # echo-rl: GiGPO + ECHO is one setting, λ·CE applies
-        assert row["lm/lambda"] == 0.05 and np.isfinite(row["lm/loss"])
+        assert row["lm/lambda"] == 0.05 and np.isfinite(row["lm/loss"]) and "lm/env_ce_scaled" in row
         assert 0.0 <= row["lm/gigpo_anchored_share"] <= 1.0 and row["lm/gigpo_anchor_groups"] >= 1
     # both episodes of a group start from the same MiniGrid state: at least those first steps are anchored
     assert rows[0]["lm/gigpo_anchored_share"] > 0
