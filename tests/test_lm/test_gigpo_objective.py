@@ -16,7 +16,6 @@ from echo_rl.config import ConfigError  # noqa: E402
 from echo_rl.training.lm.batch import collate  # noqa: E402
 from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
-from echo_rl.training.lm.objectives import get_objective  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 from test_loop import _cfg, _rows, save_checkpoint  # noqa: E402

@@ -299,7 +299,8 @@ class LMLearner:
         loss, kl_metrics = self._with_plan_kl(terms.loss, dists)
         staleness = float(self.version - batch.policy_version.min())
         row_adv, row_abs, adv_abs_mean = _row_advantages(adv.detach(), batch)
-        self.last_rows = {"advantage": row_adv, "advantage_abs": row_abs, "env_ce": _row_env_ce(terms, len(trajectories))}
+        self.last_rows = {"advantage": row_adv, "advantage_abs": row_abs,
+                          "env_ce": _row_env_ce(terms, len(trajectories))}
         metrics = self._step(loss)
         metrics.update(terms.metrics)
         metrics.update(kl_metrics)
