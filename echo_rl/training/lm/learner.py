@@ -2,6 +2,7 @@
 
 The loss is the registered objective's (:mod:`echo_rl.training.lm.objectives`):
 ``objective="grpo"`` uses group-relative advantages (no critic);
+``objective="gigpo"`` brings its own (an ``advantages`` hook: episode + step-level, per token);
 ``objective="ppo-rlhf"`` (a ``value_head`` objective) adds a
 :class:`~echo_rl.algorithms.ppo_rlhf.ValueHead` on the last hidden state and
 GAE over turns or action tokens, with the KL to the reference folded into the
@@ -261,7 +262,7 @@ class LMLearner:
         """One ECHO step (GRPO when λ = 0; PPO-RLHF + λ·CE with ``objective="ppo-rlhf"``).
 
         Without ``advantages`` the batch must hold complete groups (they are
-        normalised here); replayed trajectories bring the advantages stored
+        normalised here, or by the objective's ``advantages`` hook); replayed trajectories bring the advantages stored
         when their group was added, and their importance ``weights``.
         PPO-RLHF computes its advantages by GAE from the value head and ignores
         ``advantages``.
