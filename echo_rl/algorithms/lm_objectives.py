@@ -3,17 +3,19 @@
 Each is a thin, pure adapter from the learner's batch to the loss functions of this package
 (:func:`~echo_rl.algorithms.echo_loss.echo_loss_from_logprobs`,
 :func:`~echo_rl.algorithms.ppo_rlhf.ppo_rlhf_loss`); the registry
-(:mod:`echo_rl.training.lm.objectives`) names them ``grpo`` and ``ppo-rlhf``.
+(:mod:`echo_rl.training.lm.objectives`) names them ``grpo``, ``ppo-rlhf`` and ``gigpo`` (GRPO's loss on
+:func:`gigpo_step_advantages`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from echo_rl.algorithms.echo_loss import EchoLossTerms, echo_loss_from_logprobs, env_ce_loss
+from echo_rl.algorithms.gigpo import gigpo_advantages, token_advantages
 from echo_rl.algorithms.ppo_rlhf import ppo_rlhf_loss
 from echo_rl.algorithms.token_logprobs import ce_mask, response_mask
 
@@ -35,6 +37,32 @@ def grpo_echo_loss(x: Any) -> EchoLossTerms:
                                    ce_target=cfg.ce_target, ce_normalization=cfg.ce_normalization,
                                    clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=x.ref_logprobs,
                                    kl_coef=cfg.kl_coef, pg_reduction=cfg.pg_reduction, weights=x.weights)
+
+
+ANCHOR_KEY = "anchor_states"  # TokenTrajectory.info: the anchor state of each step (the rollout worker records it)
+
+
+def gigpo_step_advantages(trajectories: Sequence[Any], batch: Any, config: Any) -> tuple[torch.Tensor, dict]:
+    """GiGPO's per-token advantages ``[B, L]`` for a batch of whole groups (config: ``gigpo_gamma``,
+    ``gigpo_omega``, ``gigpo_norm``, ``gigpo_similarity``), and how many steps found an anchor group."""
+    states = []
+    for t in trajectories:
+        s = t.info.get(ANCHOR_KEY)
+        if not isinstance(s, (list, tuple)) or len(s) != t.num_turns or not all(isinstance(x, str) for x in s):
+            got = f"{len(s)} entries" if isinstance(s, (list, tuple)) else type(s).__name__
+            raise ValueError(f"objective='gigpo' needs info[{ANCHOR_KEY!r}] on trajectory {t.episode_id}: one "
+                             f"string per action turn ({t.num_turns}); got {got} (the LM rollout worker records "
+                             "them)")
+        states.append(s)
+    adv = gigpo_advantages([t.rewards for t in trajectories], [t.group_id for t in trajectories], states,
+                           gamma=config.gigpo_gamma, omega=config.gigpo_omega, scale=config.gigpo_norm,
+                           similarity=config.gigpo_similarity)
+    tokens = token_advantages(adv.steps, [t.turn_spans() for t in trajectories], tuple(batch.input_ids.shape))
+    n = sum(len(s) for s in adv.step_only)
+    metrics = {"gigpo_anchored_share": adv.anchored_share, "gigpo_anchor_groups": float(adv.anchor_groups),
+               "gigpo_step_adv_abs_mean": float(sum(abs(s).sum() for s in adv.step_only) / max(n, 1)),
+               "gigpo_episode_adv_abs_mean": float(adv.episode.abs().mean())}
+    return tokens.to(batch.input_ids.device), metrics
 
 
 def ppo_rlhf_echo_loss(x: Any) -> ObjectiveTerms:

@@ -258,14 +258,23 @@ class LMConfig(ConfigBase):
                                           "rule comes from replay_config", min=2)
     replay_max_tokens: int = spec(2048, help="longest trajectory the replay stores (longer ones are not replayed)",
                                   min=1)
-    objective: str = spec("grpo", help="policy objective: grpo (group-relative advantages, no critic), ppo-rlhf "
-                                       "(value head + GAE) or one registered with register_lm_objective; the ECHO "
-                                       "term adds to either")
+    objective: str = spec("grpo", help="policy objective: grpo (group-relative advantages, no critic), gigpo "
+                                       "(grpo + step-level advantages over anchor states), ppo-rlhf (value head + "
+                                       "GAE) or one registered with register_lm_objective; the ECHO term adds to "
+                                       "each")
     gae_level: str = spec("turn", help="ppo-rlhf: GAE steps are turns or action tokens", choices=("turn", "token"))
     gamma: float = spec(1.0, help="ppo-rlhf: discount per GAE step", min=0, max=1)
     gae_lambda: float = spec(0.95, help="ppo-rlhf: GAE lambda", min=0, max=1)
     vf_coef: float = spec(0.5, help="ppo-rlhf: weight of the value loss", min=0)
     value_clip: float = spec(0.2, help="ppo-rlhf: clip of the value change (0: unclipped)", min=0)
+    gigpo_gamma: float = spec(0.95, help="gigpo: discount of the step returns compared within an anchor-state "
+                                         "group", min=0, max=1)
+    gigpo_omega: float = spec(1.0, help="gigpo: weight of the step-level advantage (A = A_episode + omega * A_step)",
+                              min=0, max=1e6)
+    gigpo_norm: str = spec("std", help="gigpo: divide both levels by their group's std, or none (mean-centred "
+                                       "only, the paper's variant without std)", choices=("std", "none"))
+    gigpo_similarity: float | None = spec(None, help="gigpo: anchor states match by identity (None) or when their "
+                                                     "difflib similarity ratio is >= this, in (0, 1]", gt=0, max=1)
     reward: str = spec("env", help="reward source: env, rlaif (the AI judge's score alone) or mix "
                                    "((1 - judge_weight)·env + judge_weight·judge)", choices=("env", "rlaif", "mix"))
     judge_backbone: str | None = spec(None, help="rlaif/mix: the judge: tiny, tiny:<preset>, a local checkpoint, or "

@@ -8,7 +8,10 @@ segments say which characters the environment produced as its answer
 (``env_output``) and which are feedback on a bad action (``warning``), which the
 ECHO loss and the token role masks need. ``info`` also carries ``won``,
 ``admissible_actions`` (a list, or None where the task has no finite action set),
-``step`` and ``task_id``.
+``step`` and ``task_id``; a task whose observation text does not identify its state (MiniGrid's
+egocentric view looks the same from many cells) adds ``state_key``, a canonical string of the state
+(:meth:`TextEnvironment._state_key`), and registers ``anchor_state="state_key"``: step-level credit
+(GiGPO) compares steps that start from the same state by it.
 
 An invalid action never raises: it yields a ``warning`` segment and the episode
 goes on (and counts towards ``max_steps``, after which the episode is truncated).
@@ -151,6 +154,11 @@ class TextEnvironment(gym.Env):
     def _task_id(self) -> str:
         return str(self._task_index)
 
+    def _state_key(self) -> str | None:
+        """A canonical string of the current state, equal exactly when the states are (None: the observation
+        text is the state); it becomes ``info["state_key"]``."""
+        return None
+
     def expert_action(self) -> str:
         """The next action of the hand-coded expert for the current state."""
         raise NotImplementedError(f"{type(self).__name__} has no expert")
@@ -224,7 +232,7 @@ class TextEnvironment(gym.Env):
         return self._last_obs
 
     def _info(self, segments: list[Segment]) -> dict:
-        return {
+        info = {
             "segments": list(segments),
             "admissible_actions": None if self._done else self._admissible_actions(),
             "won": self._won,
@@ -232,6 +240,10 @@ class TextEnvironment(gym.Env):
             "max_steps": self.max_steps,
             "task_id": self._task_id(),
         }
+        key = self._state_key()
+        if key is not None:
+            info["state_key"] = key
+        return info
 
     def _base_state(self) -> dict:
         return {k: copy.copy(getattr(self, k)) for k in

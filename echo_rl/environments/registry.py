@@ -10,7 +10,8 @@ gymnasium tasks of :mod:`echo_rl.environments.gym_vector`: ``gym:<EnvId>``
 Text tasks (language-model agents) are :class:`TaskSpec` entries: the factory
 and what the rest of EchoRL needs to know about the task (its training and
 held-out splits, whether answers span lines, its turn protocol (the reply
-format LM training and the prompting agents read), where its data comes from). Every text task registers
+format LM training and the prompting agents read), where its data comes from, what a step's state is for
+step-level credit: ``anchor_state``). Every text task registers
 itself from its own module with :func:`register_text_env` (or
 :func:`register_task`) - the built-ins at the end of ``alfworld.py``,
 ``webshop.py`` and the rest, a user's task from the user's module. A task
@@ -44,6 +45,7 @@ GYM_FAMILIES = ("gym", "minigrid-pixels", "atari", "dmc", "dmc-pixels")
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
 
 REGISTER_HINT = "register your own with echo_rl.environments.registry.register_text_env(name, factory)"
+ANCHOR_STATES = ("observation", "state_key")  # TaskSpec.anchor_state: the observation text or info["state_key"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class TaskSpec:
     reply_format: TaskFormat | Callable[[Any], TaskFormat] | None = None
     data: str = ""  # where its data comes from / what it needs, one line (listings, skip messages)
     description: str = ""
+    # what a step's state is where steps are compared across episodes (GiGPO's anchor states):
+    # "observation" (its text) or "state_key" (the env's canonical info["state_key"], where text is ambiguous)
+    anchor_state: str = "observation"
 
     @property
     def prompting(self) -> bool:
@@ -84,6 +89,9 @@ class TaskSpec:
                 raise ConfigError(f"TaskSpec.{what} of task {name!r} is invalid: must be a mapping of env "
                                   f"options, got {type(value).__name__}")
             object.__setattr__(self, what, MappingProxyType(dict(value)))  # shared: nobody may mutate it
+        if self.anchor_state not in ANCHOR_STATES:
+            raise ConfigError(f"anchor_state={self.anchor_state!r} of task {name!r} is invalid: allowed: "
+                              f"{', '.join(ANCHOR_STATES)}")
         fmt = self.reply_format
         if fmt is not None and not isinstance(fmt, TaskFormat) and not callable(fmt):
             raise ConfigError(f"reply_format of task {name!r} is invalid: must be an "

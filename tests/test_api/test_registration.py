@@ -56,6 +56,8 @@ def test_unregistered_names_say_how_to_register(kwargs, needle):
     (lambda: register_text_env("a:b", lambda **kw: None), "without ':'"),
     (lambda: register_text_env("MiniGrid-Custom-v0", lambda **kw: None), "MiniGrid's env ids"),
     (lambda: register_text_env("x", "not callable"), "must be callable"),
+    (lambda: register_text_env("x", lambda **kw: None, anchor_state="text"),
+     "anchor_state='text' of task 'x' is invalid: allowed: observation, state_key"),
     (lambda: register_backbone("x", None), "must be callable"),
     (lambda: register_baseline("x", None), "runner of baseline 'x' is invalid"),
     (lambda: register_baseline("x", lambda ctx: None, task_kinds=("image",)), "task_kinds"),

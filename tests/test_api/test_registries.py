@@ -114,6 +114,11 @@ def test_agent_and_objective_registration_errors():
     with pytest.raises(ConfigError, match="loss of objective 'x' is invalid: must be callable"):
         objectives.register_lm_objective("x", 3)
     assert objectives.get_objective("ppo-rlhf").value_head and not objectives.get_objective("grpo").value_head
+    with pytest.raises(ConfigError, match="advantages of objective 'x' is invalid: must be callable"):
+        objectives.register_lm_objective("x", lambda x: None, advantages=3)
+    with pytest.raises(ConfigError, match="advantages of objective 'x' is invalid: a value-head objective's"):
+        objectives.register_lm_objective("x", lambda x: None, value_head=True, advantages=lambda *a: None)
+    assert objectives.get_objective("gigpo").advantages_fn() is not None
     with pytest.raises(ConfigError, match="objective='sac' is invalid: allowed: grpo, ppo-rlhf.*register_lm_objective"):
         LMLearnerConfig(objective="sac")
     objectives.register_lm_objective("sac", lambda x: None)

@@ -2,6 +2,7 @@
 
 The loss is the registered objective's (:mod:`echo_rl.training.lm.objectives`):
 ``objective="grpo"`` uses group-relative advantages (no critic);
+``objective="gigpo"`` brings its own (an ``advantages`` hook: episode + step-level, per token);
 ``objective="ppo-rlhf"`` (a ``value_head`` objective) adds a
 :class:`~echo_rl.algorithms.ppo_rlhf.ValueHead` on the last hidden state and
 GAE over turns or action tokens, with the KL to the reference folded into the
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from echo_rl.algorithms.echo_loss import LambdaSchedule, env_ce_loss
-from echo_rl.algorithms.grpo import group_advantages
+from echo_rl.algorithms.grpo import ADVANTAGE_SCALES, group_advantages
 from echo_rl.algorithms.ppo_rlhf import ValueHead, rewards_at_turn_ends, rlhf_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logprobs, needed_positions,
                                                reduce_tokens, response_mask, sequence_logprobs)
@@ -71,6 +72,10 @@ class LMLearnerConfig:
     chunk_tokens: int = 1024      # positions per LM-head chunk (no [B, L, V] logits tensor is ever built)
     token_budget: int = 8192      # rows x padded length per forward pass; larger batches run as micro-batches
     compute_dtype: str = "float32"  # bfloat16: the transformer body under autocast (weights, optimiser, head fp32)
+    gigpo_gamma: float = 0.95     # gigpo: discount of the step returns compared within an anchor group
+    gigpo_omega: float = 1.0      # gigpo: weight ω of the step-level advantage
+    gigpo_norm: str = "std"       # gigpo: both levels divided by their group's std, or "none" (mean-centred only)
+    gigpo_similarity: float | None = None  # gigpo: None matches anchor states by identity, else difflib ratio >= it
 
     def __post_init__(self) -> None:
         if isinstance(self.lam, (int, float)):
@@ -83,12 +88,32 @@ class LMLearnerConfig:
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype={self.compute_dtype!r} is invalid: use one of {sorted(COMPUTE_DTYPES)}")
         get_objective(self.objective)  # one line naming the registered objectives
+        if self.gigpo_norm not in ADVANTAGE_SCALES:
+            raise ValueError(f"gigpo_norm={self.gigpo_norm!r} is invalid: allowed: {', '.join(ADVANTAGE_SCALES)}")
+        if not 0 <= self.gigpo_gamma <= 1 or not 0 <= self.gigpo_omega < float("inf"):
+            raise ValueError(f"gigpo_gamma={self.gigpo_gamma}, gigpo_omega={self.gigpo_omega} are invalid: gamma in "
+                             "[0, 1], omega finite and >= 0")
+        if self.gigpo_similarity is not None and not 0 < self.gigpo_similarity <= 1:
+            raise ValueError(f"gigpo_similarity={self.gigpo_similarity} is invalid: must be None (identity) or in "
+                             "(0, 1]")
 
 
 def _row_env_ce(terms: Any, rows: int) -> np.ndarray:
     """Each trajectory's env CE from an objective's terms (zeros when the objective gives none)."""
     row = getattr(terms, "row_env_ce", None)
     return np.zeros(rows, np.float32) if row is None else row.cpu().numpy()
+
+
+def _row_advantages(adv: torch.Tensor, batch: Any) -> tuple[np.ndarray, np.ndarray, float]:
+    """(advantage, |advantage| per trajectory, mean |advantage|): per-token advantages ``[B, L]`` are averaged
+    over each row's action tokens."""
+    if adv.dim() == 1:
+        return adv.cpu().numpy(), adv.abs().cpu().numpy(), float(adv.abs().mean())
+    acts = action_mask(batch.roles, response_mask(batch.prompt_length, batch.input_ids.shape[1],
+                                                  batch.attention_mask))
+    n = acts.sum(1).clamp(min=1)
+    return (((adv * acts).sum(1) / n).cpu().numpy(), ((adv.abs() * acts).sum(1) / n).cpu().numpy(),
+            float((adv.abs() * acts).sum() / acts.sum().clamp(min=1)))
 
 
 class LMLearner:
@@ -237,7 +262,7 @@ class LMLearner:
         """One ECHO step (GRPO when λ = 0; PPO-RLHF + λ·CE with ``objective="ppo-rlhf"``).
 
         Without ``advantages`` the batch must hold complete groups (they are
-        normalised here); replayed trajectories bring the advantages stored
+        normalised here, or by the objective's ``advantages`` hook); replayed trajectories bring the advantages stored
         when their group was added, and their importance ``weights``.
         PPO-RLHF computes its advantages by GAE from the value head and ignores
         ``advantages``.
@@ -250,10 +275,14 @@ class LMLearner:
         batch = collate(trajectories, self.pad_id).to(self._device())
         if self.value_head is not None:
             return self._value_head_update(trajectories, batch, weights)
-        if advantages is None:
-            adv = group_advantages(batch.returns, batch.group_ids, scale=cfg.advantage_scale)
-        else:
+        adv_metrics: dict[str, float] = {}
+        hook = self.objective.advantages_fn()
+        if advantages is not None:
             adv = torch.as_tensor(np.asarray(advantages, np.float32), device=batch.returns.device)
+        elif hook is not None:  # the objective's own advantages ([B] or per token [B, L]), over whole groups
+            adv, adv_metrics = hook(trajectories, batch, cfg)
+        else:
+            adv = group_advantages(batch.returns, batch.group_ids, scale=cfg.advantage_scale)
         w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=adv.device)
         self.model.train()
         T = cfg.pg_temperature or 1.0
@@ -270,12 +299,14 @@ class LMLearner:
                                                          weights=w))
         loss, kl_metrics = self._with_plan_kl(terms.loss, dists)
         staleness = float(self.version - batch.policy_version.min())
-        self.last_rows = {"advantage": adv.detach().cpu().numpy(), "advantage_abs": adv.detach().abs().cpu().numpy(),
+        row_adv, row_abs, adv_abs_mean = _row_advantages(adv.detach(), batch)
+        self.last_rows = {"advantage": row_adv, "advantage_abs": row_abs,
                           "env_ce": _row_env_ce(terms, len(trajectories))}
         metrics = self._step(loss)
         metrics.update(terms.metrics)
         metrics.update(kl_metrics)
-        metrics.update({"return_mean": float(batch.returns.mean()), "advantage_abs_mean": float(adv.abs().mean()),
+        metrics.update(adv_metrics)
+        metrics.update({"return_mean": float(batch.returns.mean()), "advantage_abs_mean": adv_abs_mean,
                         "staleness_max": staleness})
         return metrics
 

@@ -26,7 +26,8 @@ TrainingConfig → this agent: ``agent=ppo`` is GRPO (λ = 0), ``agent=echo-rl``
 is ECHO (λ = ``lm_config.env_loss_coef``, 0 with ``echo_config.world_model_coef
 = 0``) plus the latent plan (off with ``echo_config.latent_plan = False``; its
 KL weight is ``planning_config.kl_weight``). ``lm_config.objective="ppo-rlhf"``
-replaces GRPO's group advantages by a value head and GAE; ``lm_config.reward``
+replaces GRPO's group advantages by a value head and GAE, ``"gigpo"`` adds step-level
+advantages over the anchor states the task names (``TaskSpec.anchor_state``); ``lm_config.reward``
 takes rewards from the environment, an AI judge (RLAIF) or a mix.
 
 Replay (``lm_config.replay_updates > 0``; ``--no-replay`` switches it off for
@@ -64,6 +65,14 @@ from echo_rl.training.protocol import AgentBase
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
 EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
+
+
+def _anchor_state(task: str) -> str:
+    """What the task calls a step's state (GiGPO's anchor): its ``TaskSpec.anchor_state``, else the observation."""
+    from echo_rl.environments.registry import find_task_spec
+
+    spec = find_task_spec(task)
+    return spec.anchor_state if spec is not None else "observation"
 
 
 def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
@@ -126,7 +135,8 @@ class LMAgent(AgentBase):
         self.judge = self._make_judge() if lm.reward != "env" else None
         self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
                                             max_new_tokens=lm.max_new_tokens, temperature=lm.temperature,
-                                            max_context=lm.max_episode_tokens, task=config.env_name)
+                                            max_context=lm.max_episode_tokens, task=config.env_name,
+                                            anchor_state=_anchor_state(config.env_name))
         self.env_steps = 0
         self.updates = 0
         self.sft_done = not (lm.sft_episodes and lm.sft_steps)

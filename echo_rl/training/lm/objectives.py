@@ -7,7 +7,12 @@ None). The learner does the rest once for every objective: the forward pass (chu
 micro-batches, the latent plan), the advantages (group-relative, or GAE from the value head when the
 entry says ``value_head=True``), the optimiser step and the weight sync to the engine.
 
-Built in: ``grpo`` (GRPO's clipped ratio on group-relative advantages, plus the ECHO term λ·env CE)
+An entry may also bring its own advantages: ``advantages(trajectories, batch, config) -> (adv, metrics)``
+with ``adv`` ``[B]`` or ``[B, L]`` (per token), computed over the whole groups of a fresh batch in place
+of the group-relative ones.
+
+Built in: ``grpo`` (GRPO's clipped ratio on group-relative advantages, plus the ECHO term λ·env CE),
+``gigpo`` (the same loss on GiGPO's episode + step-level advantages over anchor states, per action token)
 and ``ppo-rlhf`` (a value head, GAE over turns or tokens, clipped policy + value loss, plus λ·env CE).
 A user registers another from their own module (``echo-rl --plugin MODULE``)::
 
@@ -64,31 +69,49 @@ class LMObjective:
     loss: Callable[[ObjectiveInputs], Any] | str  # the loss, or "module:function" imported on first use
     value_head: bool = False  # the learner adds a value head and passes GAE advantages, values and returns
     description: str = ""
+    advantages: Callable[..., Any] | str | None = None  # (trajectories, batch, config) -> (adv, metrics); None: GRPO's
 
     def loss_fn(self) -> Callable[[ObjectiveInputs], Any]:
-        if not isinstance(self.loss, str):
-            return self.loss
-        module, attr = self.loss.split(":")
-        return getattr(importlib.import_module(module), attr)
+        return _resolve(self.loss)
+
+    def advantages_fn(self) -> Callable[..., Any] | None:
+        return None if self.advantages is None else _resolve(self.advantages)
+
+
+def _resolve(fn: Callable[..., Any] | str) -> Callable[..., Any]:
+    if not isinstance(fn, str):
+        return fn
+    module, attr = fn.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _check_callable(name: str, what: str, fn: Any) -> None:
+    if isinstance(fn, str):
+        module, sep, attr = fn.partition(":")
+        if not (module and sep and attr):
+            raise ConfigError(f"{what} of objective {name!r} is invalid: name it as 'module:function'")
+    elif not callable(fn):
+        raise ConfigError(f"{what} of objective {name!r} is invalid: must be callable, got {type(fn).__name__}")
 
 
 _OBJECTIVES: dict[str, LMObjective] = {}
 
 
 def register_lm_objective(name: str, loss: Callable[[ObjectiveInputs], Any] | str, *, value_head: bool = False,
-                          description: str = "") -> LMObjective:
+                          description: str = "", advantages: Callable[..., Any] | str | None = None) -> LMObjective:
     """Make ``name`` valid as ``lm_config.objective`` (``--set lm_config.objective=NAME``); registering again
-    replaces it. ``loss(x: ObjectiveInputs)`` returns terms with ``loss``, ``metrics`` and ``row_env_ce``."""
+    replaces it. ``loss(x: ObjectiveInputs)`` returns terms with ``loss``, ``metrics`` and ``row_env_ce``;
+    ``advantages`` (optional) replaces the group-relative advantages of fresh batches."""
     if not isinstance(name, str) or not name.strip() or name != name.strip():
         raise ConfigError(f"objective name {name!r} is invalid: must be a non-empty string without surrounding "
                           f"spaces")
-    if isinstance(loss, str):
-        module, sep, attr = loss.partition(":")
-        if not (module and sep and attr):
-            raise ConfigError(f"loss of objective {name!r} is invalid: name it as 'module:function'")
-    elif not callable(loss):
-        raise ConfigError(f"loss of objective {name!r} is invalid: must be callable, got {type(loss).__name__}")
-    spec = LMObjective(name, loss, bool(value_head), description)
+    _check_callable(name, "loss", loss)
+    if advantages is not None:
+        if value_head:
+            raise ConfigError(f"advantages of objective {name!r} is invalid: a value-head objective's advantages "
+                              "are GAE's")
+        _check_callable(name, "advantages", advantages)
+    spec = LMObjective(name, loss, bool(value_head), description, advantages)
     _OBJECTIVES[name] = spec
     return spec
 
@@ -107,4 +130,8 @@ register_lm_objective("grpo", "echo_rl.algorithms.lm_objectives:grpo_echo_loss",
                       description="group-relative advantages, no critic; the ECHO term adds λ·env CE")
 register_lm_objective("ppo-rlhf", "echo_rl.algorithms.lm_objectives:ppo_rlhf_echo_loss", value_head=True,
                       description="value head + GAE (InstructGPT style); the ECHO term adds λ·env CE")
+register_lm_objective("gigpo", "echo_rl.algorithms.lm_objectives:grpo_echo_loss",
+                      advantages="echo_rl.algorithms.lm_objectives:gigpo_step_advantages",
+                      description="GiGPO: episode + step-level (anchor-state) advantages per action token, no critic; "
+                                  "the ECHO term adds λ·env CE")
 register_name_rule("lm_objective", objective_names)  # LMConfig(objective=...) is checked against this registry

@@ -45,10 +45,11 @@ from echo_rl.config import BandwidthConfig
 from echo_rl.environments.reply_format import TaskFormat, task_format
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
-from echo_rl.training.lm.trajectory import TrajectoryBuilder
+from echo_rl.training.lm.trajectory import TrajectoryBuilder, observation_text
 from echo_rl.types import TokenTrajectory
 
 ACTION_MODES = ("generate", "choose")
+ANCHOR_STATES = ("observation", "state_key")
 #: the LM path's line before the task's instruction in the system prompt (``TaskFormat.system_prompt``)
 LM_INTRO = "You are an agent in a text environment."
 
@@ -68,6 +69,7 @@ class RolloutConfig:
     task: str | None = None
     max_observation_tokens: int | None = None  # longer observations are cut (warnings kept first)
     max_context: int | None = None  # the episode ends (truncated) before its context passes this many tokens
+    anchor_state: str = "observation"  # each step's state (GiGPO's anchor): the observation text or info["state_key"]
 
     def __post_init__(self) -> None:
         if self.action_mode not in ACTION_MODES:
@@ -77,6 +79,8 @@ class RolloutConfig:
                              "must be >= 1")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} is invalid: must be >= 0")
+        if self.anchor_state not in ANCHOR_STATES:
+            raise ValueError(f"anchor_state={self.anchor_state!r} is invalid: allowed: {', '.join(ANCHOR_STATES)}")
 
 
 def lm_turn_setup(fmt: TaskFormat, renderer: ChatRenderer, system_prompt: str | None = None,
@@ -205,6 +209,7 @@ class LMRolloutWorker:
                               observation_role=role, group_id=group_id, episode_id=episode_id,
                               policy_version=version, max_observation_tokens=cfg.max_observation_tokens)
         rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
+        anchors = [self._anchor(info)]  # the state each turn starts from
         ep_plan = None if self.plan is None else self.plan(np.random.default_rng([rng.integers(2**31), 1]))
         won = truncated = False
         versions: set[int] = set()
@@ -241,6 +246,7 @@ class LMRolloutWorker:
             if cfg.action_mode == "generate":  # feeds eta_bw: the turn's reward against its uncached prefill
                 self.bandwidth.record_rollout_step(reward, res.prompt_length, res.cached_length)
             b.add_observation(info["segments"], reward)
+            anchors.append(self._anchor(info))
             if terminated or trunc:
                 truncated = bool(trunc)
                 break
@@ -251,9 +257,20 @@ class LMRolloutWorker:
         extra = {} if ep_plan is None else {"plan_eps": ep_plan.eps}
         traj = b.finish(won=won, truncated=truncated, actions=list(b.turn_texts),
                         truncated_observations=b.truncated_observations, history=list(b.history),
+                        anchor_states=anchors[:len(b.turn_texts)],
                         policy_versions=sorted(versions) if versions else [version], **extra)
         traj.timings.update({"env_s": t_env, "act_s": t_gen})
         return traj
+
+    def _anchor(self, info: dict) -> str:
+        """The state a turn starts from, as the task defines it (``TaskSpec.anchor_state``)."""
+        if self.config.anchor_state == "state_key":
+            key = info.get("state_key")
+            if not isinstance(key, str):
+                raise ValueError(f"the task's anchor state is info['state_key'] (anchor_state='state_key'), but "
+                                 f"its info has {type(key).__name__}; the task must put a str there every step")
+            return key
+        return observation_text(info["segments"])
 
     def _choose(self, context: list[int], admissible: Sequence[str] | None, rng: np.random.Generator,
                 prefix: torch.Tensor | None = None) -> tuple[str, list[int], list[float]]:

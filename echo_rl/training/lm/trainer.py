@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from echo_rl.config import TrainingConfig
+from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.training.lm.generator import WeightUpdate
 from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
@@ -41,9 +41,14 @@ class LMTrainer:
             plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm,
             kl_coef=lm.kl_coef, objective=lm.objective, gae_level=lm.gae_level, gamma=lm.gamma,
             gae_lambda=lm.gae_lambda, vf_coef=lm.vf_coef, value_clip=lm.value_clip,
-            token_budget=lm.learner_token_budget, compute_dtype=lm.compute_dtype),
+            token_budget=lm.learner_token_budget, compute_dtype=lm.compute_dtype, gigpo_gamma=lm.gigpo_gamma,
+            gigpo_omega=lm.gigpo_omega, gigpo_norm=lm.gigpo_norm, gigpo_similarity=lm.gigpo_similarity),
             planner=planner, ref_model=copy.deepcopy(model) if lm.kl_coef else None)
         use_replay = lm.replay_updates > 0 and (config.agent != "echo-rl" or config.echo_config.replay_updates > 0)
+        if use_replay and self.learner.objective.advantages is not None:
+            raise ConfigError(f"lm_config.objective={lm.objective!r} is invalid with replay (lm_config.replay_updates="
+                              f"{lm.replay_updates}): the replay keeps one advantage per trajectory, this objective's "
+                              "are per step; set lm_config.replay_updates=0")
         self.replay = self._make_replay() if use_replay else None
 
     def step(self, trajectories: Sequence[TokenTrajectory]) -> tuple[dict[str, float], dict[str, float]]:

@@ -88,7 +88,7 @@ class TrajectoryBuilder(TokenStream):
         delta = renderer.message_delta(self.history, observation_role, first_observation, add_generation_prompt=True)
         prefix = renderer.encode(renderer.render(self.history, add_generation_prompt=False))
         self.extend_context(prefix + delta.token_ids, [TEMPLATE] * len(prefix) + delta.roles)
-        self.history.append({"role": observation_role, "content": _text(first_observation)})
+        self.history.append({"role": observation_role, "content": observation_text(first_observation)})
         self.prompt_length = len(self.token_ids)
         self.env_output_count = 0
         self._awaiting = "action"
@@ -127,7 +127,7 @@ class TrajectoryBuilder(TokenStream):
             self.truncated_observations += 1
         self.extend_context(delta.token_ids, delta.roles)
         self.env_output_count += delta.body_count
-        self.history.append({"role": self.observation_role, "content": _text(segments)})
+        self.history.append({"role": self.observation_role, "content": observation_text(segments)})
         self._awaiting = "action"
 
     def add_reward(self, reward: float) -> None:
@@ -168,8 +168,10 @@ def _shrink(segments: list[tuple[str, str]], keep: float) -> list[tuple[str, str
     return [s for s in out if s[1]]
 
 
-def _text(segments: Sequence[Any]) -> str:
+def observation_text(segments: Sequence[Any]) -> str:
+    """The observation an env's segments spell (``Segment`` objects or ``(role, text)`` pairs)."""
     return "".join(seg.text if hasattr(seg, "role") else seg[1] for seg in segments)
+
 
 
 def valid_action_rate(trajectories: list) -> float:
