@@ -166,7 +166,7 @@ class Jail:
                     nfd = os.open(part, _DIR, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise self._refusal(fd, part, walked, "a directory") from None
+                        raise self._refusal(fd, part, walked, "directories") from None
                     raise
                 os.close(fd)
                 fd = nfd
@@ -180,9 +180,8 @@ class Jail:
         try:
             got = _kind_of(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
         except OSError:
-            got = "not " + wanted
-        return JailError(f"{where} is {got}; a run directory's files must be {wanted}s inside it (symlinks are not "
-                         f"followed)")
+            got = "unusable"
+        return JailError(f"{where} is {got}; a run directory holds {wanted} inside it (symlinks are not followed)")
 
     def _split(self, rel: str | os.PathLike) -> tuple[tuple[str, ...], str]:
         parts = parts_of(rel)
@@ -229,7 +228,7 @@ class Jail:
             return os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666, dir_fd=dfd), where
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                raise self._refusal(dfd, name, where, "regular file") from None
+                raise self._refusal(dfd, name, where, "regular files") from None
             raise
         finally:
             os.close(dfd)
