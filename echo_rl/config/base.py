@@ -24,6 +24,7 @@ class ConfigError(ValueError):
 
 
 ALIAS_BUDGET = 100_000  # YAML nodes that the aliases of one document may expand to
+CONFIG_CAP = 4 * 2**20  # bytes of a config file read at most
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -211,13 +212,15 @@ class ConfigBase:
 
     @classmethod
     def load_yaml(cls, path: str | os.PathLike) -> "ConfigBase":
-        from echo_rl.utils.jail import read_regular  # the jail module imports ConfigError from here
-
         path = Path(path)
-        if not path.is_file():
+        if not path.is_file():  # also refuses a FIFO or a device, which would hang or never end
             raise ConfigError(f"config file {path} does not exist")
         try:
-            text = read_regular(path, "config").decode("utf-8")
+            with open(path, "rb") as fh:
+                data = fh.read(CONFIG_CAP + 1)
+            if len(data) > CONFIG_CAP:
+                raise ConfigError(f"config file {path} is over the {CONFIG_CAP >> 20} MiB cap for a config")
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}") from None
         return cls.from_yaml_text(text, f"config file {path}")

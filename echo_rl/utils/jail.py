@@ -29,11 +29,11 @@ from typing import IO
 
 import numpy as np
 
-from echo_rl.config.base import ConfigError
+from echo_rl.config.base import CONFIG_CAP, ConfigError
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 # the most bytes read for each kind of file (npz: the inflated total of its members)
-CAPS = {"pointer": 4 * KiB, "config": 4 * MiB, "json": 256 * MiB, "jsonl": 1 * GiB, "npz": 1 * GiB,
+CAPS = {"pointer": 4 * KiB, "config": CONFIG_CAP, "json": 256 * MiB, "jsonl": 1 * GiB, "npz": 1 * GiB,
         "checkpoint": 64 * GiB}
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
