@@ -59,3 +59,18 @@ def test_malformed_policy_metadata_is_one_line(tmp_path, raw, needle):
 def test_well_formed_metadata_still_loads(tmp_path):
     policy = load_policy(_with_meta(tmp_path, json.dumps(_meta())))
     assert policy.meta == _meta()
+
+
+def test_export_into_a_run_whose_export_folder_is_a_symlink_is_refused(ppo_run, tmp_path):
+    import shutil
+
+    from echo_rl.export.vector import export_vector_run
+
+    run = tmp_path / "run"
+    shutil.copytree(ppo_run, run)
+    shutil.rmtree(run / "export", ignore_errors=True)
+    (tmp_path / "elsewhere").mkdir()
+    (run / "export").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match="export is a symlink"):
+        export_vector_run(run, "onnx")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
