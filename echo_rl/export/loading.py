@@ -50,7 +50,8 @@ def parse_meta(raw: str, path: Any) -> dict:
     if not meta["inputs"] or any(x not in _INPUTS for x in meta["inputs"]):
         raise bad(f"inputs {meta['inputs']!r:.60}; allowed: {', '.join(_INPUTS)}")
     shape = meta.get("obs_shape", [meta["obs_dim"]])
-    if type(shape) is not list or any(type(d) is not int or d < 1 for d in shape) or int(np.prod(shape)) != meta["obs_dim"]:
+    if (type(shape) is not list or any(type(d) is not int or d < 1 for d in shape)
+            or int(np.prod(shape, dtype=object)) != meta["obs_dim"]):
         raise bad(f"obs_shape {shape!r:.60} does not match obs_dim {meta['obs_dim']}")
     try:
         numeric = np.dtype(meta.get("obs_dtype", "uint8")).kind in "biuf"

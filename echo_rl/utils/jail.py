@@ -100,7 +100,8 @@ def read_regular(path: str | os.PathLike, kind: str) -> bytes:
         os.close(fd)
 
 
-def check_npz(source: bytes | np.ndarray | str | os.PathLike | IO[bytes], cap: int | None = None, where: str = "npz") -> None:
+def check_npz(source: bytes | np.ndarray | str | os.PathLike | IO[bytes], cap: int | None = None,
+              where: str = "npz") -> None:
     """Refuse an npz whose members would inflate past ``cap`` bytes (default: the ``npz`` cap), before inflating:
     the zip headers' sizes are summed, and each member's npy header (shape x dtype) must fit its declared size.
     JailError for a bomb; ValueError for a damaged archive."""
