@@ -6,9 +6,8 @@ import argparse
 import asyncio
 import sys
 
-import yaml
-
 from echo_rl.config import parse_override
+from echo_rl.config.base import load_yaml_text
 
 NAME = "benchmark"
 HELP = "run a resumable multi-seed benchmark and write its report (JSON, CSV, Markdown, plots)"
@@ -87,7 +86,7 @@ def build_config(args: argparse.Namespace):
             for part in parents:
                 node[part] = dict(node.get(part) or {})
                 node = node[part]
-            node[leaf] = yaml.safe_load(value)
+            node[leaf] = load_yaml_text(value, f"--set {key}")
         else:
             overrides[key] = value
     config = BenchmarkConfig.from_dict(data)

@@ -66,14 +66,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _env_options(items: list[str]) -> dict:
     """``--set key=value`` pairs as environment options (values read as YAML: numbers, booleans, strings)."""
-    import yaml
-
     from echo_rl.config import parse_override
+    from echo_rl.config.base import load_yaml_text
 
     out = {}
     for text in items:
         key, value = parse_override(text)
-        out[key] = yaml.safe_load(value) if isinstance(value, str) else value
+        out[key] = load_yaml_text(value, f"--set {key}") if isinstance(value, str) else value
     return out
 
 

@@ -23,6 +23,61 @@ class ConfigError(ValueError):
     """A config value or file is invalid; the message is one line."""
 
 
+ALIAS_BUDGET = 100_000  # YAML nodes that the aliases of one document may expand to
+CONFIG_CAP = 4 * 2**20  # bytes of a config file read at most
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that counts what aliases expand to and refuses recursive ones. A few KB of nested aliases (a
+    "billion laughs") load as shared references, then grow to gigabytes once the value is copied or dumped."""
+
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self._expanded = 0
+        self._open: set[str] = set()
+
+    def _count(self, node: yaml.Node) -> None:
+        self._expanded += 1
+        if self._expanded > ALIAS_BUDGET:
+            raise yaml.YAMLError(f"its aliases expand to more than {ALIAS_BUDGET:,} nodes")
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                self._count(child)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                self._count(key)
+                self._count(value)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open:
+                raise yaml.YAMLError(f"alias *{event.anchor} refers to its own anchor (a recursive value)")
+            if event.anchor in self.anchors:
+                self._count(self.anchors[event.anchor])
+            return super().compose_node(parent, index)
+        anchor = getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self._open.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open.discard(anchor)
+
+
+def load_yaml_text(text: str, source: str) -> Any:
+    """The project's one YAML parser: safe types only, alias expansion bounded (:data:`ALIAS_BUDGET`); a
+    ConfigError naming ``source`` (a file, or a CLI value) and the problem when the text is refused."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())[:160] or "malformed YAML"
+        raise ConfigError(f"{source} is not valid YAML{where}: {problem}") from None
+
+
 def spec(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
          min: float | None = None, max: float | None = None, gt: float | None = None,
          choices: tuple | None = None) -> Any:
@@ -158,23 +213,29 @@ class ConfigBase:
     @classmethod
     def load_yaml(cls, path: str | os.PathLike) -> "ConfigBase":
         path = Path(path)
-        if not path.is_file():
+        if not path.is_file():  # also refuses a FIFO or a device, which would hang or never end
             raise ConfigError(f"config file {path} does not exist")
         try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or "malformed YAML"
-            raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
-        return cls.from_dict(data or {}, prefix=cls._name())
+            with open(path, "rb") as fh:
+                data = fh.read(CONFIG_CAP + 1)
+            if len(data) > CONFIG_CAP:
+                raise ConfigError(f"config file {path} is over the {CONFIG_CAP >> 20} MiB cap for a config")
+            text = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        return cls.from_yaml_text(text, f"config file {path}")
+
+    @classmethod
+    def from_yaml_text(cls, text: str, source: str) -> "ConfigBase":
+        """A config from YAML text (``source`` names it in errors)."""
+        return cls.from_dict(load_yaml_text(text, source) or {}, prefix=cls._name())
 
     # -- overrides --------------------------------------------------------
     def with_overrides(self, overrides: Mapping[str, Any]) -> "ConfigBase":
         """Apply ``{"ppo_config.learning_rate": 1e-3, ...}``; values may be YAML strings."""
         data = self.to_dict()
         for key, raw in overrides.items():
-            value = yaml.safe_load(raw) if isinstance(raw, str) else raw
+            value = load_yaml_text(raw, f"override {key}") if isinstance(raw, str) else raw
             node, parts = data, key.split(".")
             for i, part in enumerate(parts):
                 if not isinstance(node, dict) or part not in node:

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from echo_rl.config import ConfigError
+from echo_rl.config.base import load_yaml_text
 from echo_rl.evaluation import statistics as st
 from echo_rl.evaluation.records import CellStore, write_json_atomic
+from echo_rl.utils.jail import read_regular
 
 CELL_COLUMNS = ("task", "method", "backbone", "seed", "label", "status", "reason", "num_episodes", "success_at_1",
                 "avg_reward", "avg_episode_length", "tokens_per_episode", "etps", "kv_reuse", "wall_time_s",
@@ -39,7 +40,7 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise ConfigError(f"{run_dir} is not a benchmark run directory: {cfg_path} is missing")
-    config = yaml.safe_load(cfg_path.read_text()) or {}
+    config = load_yaml_text(read_regular(cfg_path, "config").decode("utf-8", "replace"), str(cfg_path)) or {}
     return config, current_records(config, CellStore(run_dir).records())
 
 

@@ -46,7 +46,10 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
     except RuntimeError as exc:
         raise ConfigError(f"--run-dir {run_dir}/{ckpt}: its weights do not fit backbone {config.backbone!r} "
                           f"({' '.join(str(exc).split())[:160]})") from None
-    path = Path(out) if out else Path(run_dir) / "export" / "transformers"
+    from echo_rl.utils.jail import Jail
+
+    # inside the run directory, export/ and export/transformers/ are never symlinks to elsewhere
+    path = Path(out) if out else Jail(run_dir).path("export/transformers")
     if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / INFO_FILE).is_file())):
         raise ConfigError(f"--out {path} exists and is not an earlier export: give a new directory")
     info = {"echo_rl_export": 1, "format": "transformers", "run_dir": str(run_dir), "checkpoint": ckpt,

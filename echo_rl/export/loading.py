@@ -26,6 +26,48 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
 
 
+# what acting reads from a policy file's metadata; a file may be hostile, so each is checked before use
+_META_TYPES = {"agent": str, "env_name": str, "obs_dim": int, "window": int, "inputs": list}
+_INPUTS = ("obs", "window", "mask")
+
+
+def parse_meta(raw: str, path: Any) -> dict:
+    """A policy file's ``echo_rl`` metadata, checked: a ConfigError (one line) naming what is wrong."""
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"{path} has malformed {META_KEY!r} metadata: {what}; re-export it with `echo-rl export`")
+
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:
+        raise bad(f"not JSON ({_one_line(exc)})") from None
+    if type(meta) is not dict:
+        raise bad(f"a JSON {type(meta).__name__}, not an object")
+    for key, tp in _META_TYPES.items():
+        if type(meta.get(key)) is not tp:
+            raise bad(f"{key!r} is {'missing' if key not in meta else repr(meta[key])[:40]}, expected {tp.__name__}")
+    if not 0 < meta["obs_dim"] <= 2**24 or not 0 <= meta["window"] <= 2**12:
+        raise bad(f"obs_dim={meta['obs_dim']} or window={meta['window']} is out of range")
+    if not meta["inputs"] or any(x not in _INPUTS for x in meta["inputs"]):
+        raise bad(f"inputs {meta['inputs']!r:.60}; allowed: {', '.join(_INPUTS)}")
+    shape = meta.get("obs_shape", [meta["obs_dim"]])
+    if (type(shape) is not list or any(type(d) is not int or d < 1 for d in shape)
+            or int(np.prod(shape, dtype=object)) != meta["obs_dim"]):
+        raise bad(f"obs_shape {shape!r:.60} does not match obs_dim {meta['obs_dim']}")
+    try:
+        numeric = np.dtype(meta.get("obs_dtype", "uint8")).kind in "biuf"
+    except TypeError:
+        numeric = False
+    if not numeric:
+        raise bad(f"obs_dtype {meta.get('obs_dtype')!r:.40} is not a numeric dtype")
+    enc = meta.get("obs_encoding")
+    if enc is not None and (type(enc) is not dict or type(enc.get("mission_vocab")) is not list
+                            or any(type(w) is not str for w in enc["mission_vocab"])
+                            or type(enc.get("mission_other_slot")) is not int
+                            or not 0 <= enc["mission_other_slot"] <= 2**16):
+        raise bad("obs_encoding is not {mission_vocab: [words], mission_other_slot: int}")
+    return meta
+
+
 class OnnxBackend:
     def __init__(self, path: Path):
         require_onnx()
@@ -40,7 +82,7 @@ class OnnxBackend:
         raw = self.session.get_modelmeta().custom_metadata_map.get(META_KEY)
         if raw is None:
             raise ConfigError(f"{path} has no {META_KEY!r} metadata: it was not written by `echo-rl export`")
-        self.meta = json.loads(raw)
+        self.meta = parse_meta(raw, path)
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         logits, values = self.session.run(None, inputs)
@@ -64,7 +106,7 @@ class TorchBackend:
                 raise ConfigError(f"{path} is not a loadable TorchScript policy ({_one_line(exc)})") from None
             if not extra[TS_EXTRA]:
                 raise ConfigError(f"{path} has no {TS_EXTRA}: it was not written by `echo-rl export`")
-            meta = json.loads(extra[TS_EXTRA])
+            meta = parse_meta(extra[TS_EXTRA], path)
         self.module, self.meta, self._torch = module.eval(), meta, torch
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -215,6 +257,8 @@ def load_policy(path_or_name: str | Path, allow_code: bool = False) -> Policy:
     A TorchScript file is code (its methods run on load and in ``act``), so it is refused unless
     ``allow_code=True`` says its author is trusted; ONNX files, hub models and run directories hold data only."""
     text = str(path_or_name)
+    if text.startswith("hub:"):  # only ever the hub: a local file or folder of that name never shadows it
+        return _hub_policy(text[4:], text)
     path = Path(text).expanduser()
     if path.is_dir():
         from echo_rl.export.graph import policy_graph
@@ -232,9 +276,12 @@ def load_policy(path_or_name: str | Path, allow_code: bool = False) -> Policy:
                 raise ConfigError(TORCHSCRIPT_REFUSED.format(path=path))
             return Policy(TorchBackend(path), str(path))
         return Policy(OnnxBackend(path), str(path))
+    return _hub_policy(text, text)
+
+
+def _hub_policy(name: str, text: str) -> Policy:
     from echo_rl.hub import models
 
-    name = text[4:] if text.startswith("hub:") else text
     if name in models.names():
         return Policy(OnnxBackend(models.path(name)), f"hub:{name}")
     raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.safetensors file nor a hub model; "

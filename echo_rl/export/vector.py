@@ -125,6 +125,7 @@ def export_vector_run(run_dir: str | Path, fmt: str, out: str | Path | None = No
     """Export the newest checkpoint of a vector run; (file written, metadata)."""
     from echo_rl.export.graph import policy_graph
     from echo_rl.export.runs import load_vector_agent
+    from echo_rl.utils.jail import Jail
 
     check_format(fmt, quantize)
     (require_onnx if fmt == "onnx" else require_safetensors)()
@@ -133,9 +134,12 @@ def export_vector_run(run_dir: str | Path, fmt: str, out: str | Path | None = No
         graph, meta = policy_graph(agent, config)
         meta["checkpoint"] = ckpt
         name = "policy" + ("-int8" if quantize else "") + SUFFIX[fmt]
-        path = Path(out) if out else Path(run_dir) / "export" / name
-        if path.exists() and path.is_dir():
-            path = path / name
+        if out:
+            path = Path(out)
+            if path.exists() and path.is_dir():
+                path = path / name
+        else:  # inside the run directory: its export/ folder is never a symlink to elsewhere
+            path = Jail(run_dir).path("export", create=True) / name
         if fmt == "onnx":
             export_onnx(graph, meta, path, quantize)
         else:

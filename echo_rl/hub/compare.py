@@ -11,12 +11,14 @@ published one (metrics where lower is better are negated for it).
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 import numpy as np
 
 from echo_rl.config import ConfigError
+from echo_rl.utils.jail import Jail
+from echo_rl.utils.monitoring import JsonlLogger
 
 # hub metric -> how a run directory yields it
 RUN_METRICS = {
@@ -29,15 +31,9 @@ RUN_METRICS = {
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
+    if not os.path.lexists(run_dir / "metrics.jsonl"):
         raise ConfigError(f"RUN_DIR {run_dir} is not a training run directory (no metrics.jsonl)")
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines()):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise ConfigError(f"{path}: line {i + 1} is not JSON (damaged metrics file)") from None
+    rows = JsonlLogger.read("metrics.jsonl", Jail(run_dir))  # a regular file inside RUN_DIR, within its cap
     return [r for r in rows if any(k.startswith("eval/") for k in r)]
 
 

@@ -31,6 +31,7 @@ from echo_rl.distributed.client import ReplayClient
 from echo_rl.distributed.server import ReplayServer
 from echo_rl.replay.buffer import PrioritizedReplayBuffer
 from echo_rl.replay.rate_limiter import RateLimiter
+from echo_rl.utils.jail import check_npz
 
 log = logging.getLogger("echo_rl.offpolicy")
 
@@ -111,7 +112,9 @@ class ReplayFeed:
             return
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "replay.npz"
-            path.write_bytes(np.asarray(blob, dtype=np.uint8).tobytes())
+            data = np.asarray(blob, dtype=np.uint8).tobytes()
+            check_npz(data, where="the checkpoint's replay")  # from a run directory: checked before it inflates
+            path.write_bytes(data)
             self.buffer.load(path)
 
     def close(self) -> None:

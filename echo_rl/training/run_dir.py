@@ -5,11 +5,14 @@ Checkpoints are written to a temporary folder and renamed into place, and the
 leaves a loadable checkpoint behind. A run directory holds no pickles (rollout
 state: ``state_codec``; weights: ``torch.load(weights_only=True)``), so opening
 one never runs code from it; a damaged newest checkpoint falls back to an older
-one kept.
+one kept. Every file of a run is read and written through its
+:class:`~echo_rl.utils.jail.Jail`: paths stay inside the directory, symlinks
+are not followed, and reads are of regular files within a size cap.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -23,6 +26,7 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training import state_codec
+from echo_rl.utils.jail import Jail, JailError, parts_of
 
 
 class CheckpointError(ConfigError):
@@ -60,29 +64,29 @@ def default_run_dir(config: TrainingConfig) -> Path:
     return Path(config.results_dir) / f"{task}-{config.agent}-seed{config.seed}-{stamp}"
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 class RunDirectory:
     def __init__(self, path: str | os.PathLike, config: TrainingConfig):
         self.path = Path(path)
         self.config = config
+        self.jail = Jail(self.path)
 
-    def _resolve(self, sub: str) -> Path:
-        p = Path(sub)
-        return p if p.is_absolute() else self.path / p
+    @property
+    def checkpoint_rel(self) -> tuple[str, ...]:
+        """``config.checkpoint_dir`` as components inside the run directory (JailError when it leaves it)."""
+        return parts_of(self.config.checkpoint_dir, "TrainingConfig.checkpoint_dir")
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self._resolve(self.config.checkpoint_dir)
+        return self.path.joinpath(*self.checkpoint_rel)
 
     @property
     def tensorboard_dir(self) -> Path:
-        return self._resolve(self.config.tensorboard_dir)
+        """The TensorBoard folder, checked to be a real directory inside the run (TensorBoard writes by path)."""
+        return self.jail.path(Path(*parts_of(self.config.tensorboard_dir, "TrainingConfig.tensorboard_dir")))
+
+    def _ckpt(self, *names: str) -> Path:
+        """A path relative to the run directory, below the checkpoint folder (for the jail)."""
+        return Path(*self.checkpoint_rel, *names)
 
     @property
     def metrics_path(self) -> Path:
@@ -101,9 +105,8 @@ class RunDirectory:
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"run directory {self.path} is a file; give a directory (--run-dir)")
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            self.config.save_yaml(self.path / "config.yaml")
+            self.jail.path(self._ckpt(), create=True)
+            self.config.save_yaml(self.path / "config.yaml")  # a rename: replaces a symlink, never its target
         except OSError as exc:
             raise ConfigError(f"cannot write the run directory {self.path}: {_os_reason(exc)}") from None
 
@@ -114,13 +117,16 @@ class RunDirectory:
         final = self.checkpoint_dir / f"step_{step:012d}"
         tmp = None
         try:
-            tmp = Path(tempfile.mkdtemp(dir=self.checkpoint_dir, prefix=".tmp-"))
+            tmp = Path(tempfile.mkdtemp(dir=self.jail.path(self._ckpt(), create=True), prefix=".tmp-"))
             torch.save({"state": state, "config": self.config.to_dict(), "step": step}, tmp / "state.pt")
             state_codec.write(tmp, rollout_state)
-            if final.exists():
-                shutil.rmtree(final)
+            self.jail.remove_tree(self._ckpt(final.name))
             os.replace(tmp, final)
-            _atomic_write_text(self.checkpoint_dir / "latest", final.name + "\n")
+            self.jail.write_atomic(self._ckpt("latest"), final.name + "\n")
+        except JailError:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
         except (OSError, RuntimeError) as exc:  # torch.save's zip writer reports a full disk as a RuntimeError
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -128,20 +134,24 @@ class RunDirectory:
             kept = self.latest_checkpoint()
             raise ConfigError(f"cannot write a checkpoint in {self.checkpoint_dir}: {reason}; "
                               + (f"{kept.name} is kept" if kept else "no earlier checkpoint")) from None
-        for old in sorted(self.checkpoint_dir.glob("step_*"))[: -self.config.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in self.jail.entries(self._ckpt(), "step_")[: -self.config.keep_checkpoints]:
+            try:
+                self.jail.remove_tree(self._ckpt(old))
+            except OSError:
+                pass
         return final
 
     def checkpoints(self) -> list[Path]:
-        """Kept checkpoints, newest first: the ``latest`` pointer's target, then the others by step."""
+        """Kept checkpoints, newest first: the ``latest`` pointer's target, then the others by step. A checkpoint
+        folder, its ``state.pt`` or ``latest`` that is a symlink or not a regular file is a JailError."""
         try:
-            found = sorted((p for p in self.checkpoint_dir.glob("step_*") if (p / "state.pt").is_file()),
-                           reverse=True)
-        except OSError:
+            names = self.jail.entries(self._ckpt(), "step_")
+        except (FileNotFoundError, NotADirectoryError):  # no checkpoints yet, or the run directory is a file
             return []
+        found = [self.checkpoint_dir / n for n in reversed(names) if self.jail.is_file(self._ckpt(n, "state.pt"))]
         try:
-            name = (self.checkpoint_dir / "latest").read_text().strip()
-        except (OSError, UnicodeDecodeError):
+            name = self.jail.read_text(self._ckpt("latest"), "pointer").strip()
+        except (FileNotFoundError, UnicodeDecodeError):
             name = None
         first = [p for p in found if p.name == name]
         return first + [p for p in found if p.name != name]
@@ -155,22 +165,25 @@ class RunDirectory:
         """(state.pt payload, rollout state or None); CheckpointError (one line) when either is unreadable.
         ``rollout=False`` (evaluation) never opens the rollout files."""
         try:
-            payload = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+            with Jail(path).open_read("state.pt", "checkpoint") as fh:
+                payload = torch.load(fh, map_location="cpu", weights_only=True)
+        except JailError as exc:
+            raise CheckpointError(f"{path.name}/state.pt refused: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - any damage to the file: torch raises many kinds
             raise CheckpointError(f"{path.name}/state.pt is unreadable ({_reason(exc)})") from None
         if type(payload) is not dict or type(payload.get("state")) is not dict or type(payload.get("step")) is not int:
             raise CheckpointError(f"{path.name}/state.pt is not an echo-rl checkpoint (no state and step)")
         if not rollout:
             return payload, None
-        if not (path / state_codec.JSON_NAME).exists():
-            if (path / "rollout.pkl").exists():
+        if not os.path.lexists(path / state_codec.JSON_NAME):
+            if os.path.lexists(path / "rollout.pkl"):
                 raise CheckpointError(f"{path.name} was written by an older echo-rl: its rollout.pkl is a pickle, "
                                       f"which is never loaded (it could run code); `echo-rl eval` still reads its "
                                       f"weights, resuming needs a checkpoint from this version")
             raise CheckpointError(f"{path.name} has no {state_codec.JSON_NAME} (its envs mid-episode)")
         try:
             return payload, state_codec.read(path)
-        except state_codec.UntrustedState as exc:
+        except (state_codec.UntrustedState, JailError) as exc:  # tampered: refused, never an older fallback
             raise CheckpointRefused(f"{path.name}: rollout state refused: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - damaged data, whatever the parser raised
             raise CheckpointError(f"{path.name}: rollout state is unreadable ({_reason(exc)})") from None
@@ -208,15 +221,18 @@ class RunDirectory:
                 raise ConfigError(f"{flag} {run_dir}: no such run directory")
             if not root.is_dir():
                 raise ConfigError(f"{flag} {run_dir} is a file, not a run directory")
-            if not path.is_file():
+            if not os.path.lexists(path):
                 raise ConfigError(f"{flag} {run_dir} is not a run directory: it has no config.yaml")
-            return TrainingConfig.load_yaml(path)
+            text = Jail(root).read_text("config.yaml", "config")
+            return TrainingConfig.from_yaml_text(text, f"config file {path}")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{flag} {run_dir}: {path} is not UTF-8 text") from None
         except OSError as exc:
             raise ConfigError(f"{flag} {run_dir}: cannot read {path}: {_os_reason(exc)}") from None
 
     # -- outputs --------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        self.jail.write_atomic("summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
     def plot_learning_curve(self, rows: list[dict[str, Any]]) -> Path | None:
         import matplotlib
@@ -238,8 +254,9 @@ class RunDirectory:
         ax.set_title(f"{self.config.agent} on {self.config.env_name} (seed {self.config.seed})")
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
-        out = self.path / "learning_curve.png"
         fig.tight_layout()
-        fig.savefig(out, dpi=100)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
         plt.close(fig)
-        return out
+        self.jail.write_atomic("learning_curve.png", png.getvalue())
+        return self.path / "learning_curve.png"

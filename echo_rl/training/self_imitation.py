@@ -27,6 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from echo_rl.replay.buffer import PrioritizedReplayBuffer
+from echo_rl.utils.jail import check_npz
 
 
 def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
@@ -147,6 +148,7 @@ class SelfImitationReplay:
     def load_state(self, state: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "sil.npz"
+            check_npz(state["buffer_npz"], where="the checkpoint's self-imitation store")  # before it inflates
             path.write_bytes(state["buffer_npz"])
             self.buffer.load(path)
         self.pending = [dict(p) for p in state["pending"]]

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from echo_rl.config import ConfigError
+from echo_rl.utils.jail import Jail, check_npz
 
 FORMAT, VERSION = "echo-rl-rollout", 1
 JSON_NAME, NPZ_NAME, SIG_NAME = "rollout.json", "rollout.npz", "rollout.sig"
@@ -199,11 +200,13 @@ def write(directory: Path, value: Any) -> None:
 def read(directory: Path) -> Any:
     """The value :func:`write` stored. Raises ValueError/OSError for damaged files, UntrustedState for opaque
     parts without a matching signature."""
-    json_bytes = (directory / JSON_NAME).read_bytes()
-    npz_bytes = (directory / NPZ_NAME).read_bytes()
+    jail = Jail(directory)  # regular files only, no symlinks, each within its size cap
+    json_bytes = jail.read_bytes(JSON_NAME, "json")
+    npz_bytes = jail.read_bytes(NPZ_NAME, "npz")
     header = json.loads(json_bytes)
     if type(header) is not dict or header.get("format") != FORMAT or header.get("version") != VERSION:
         raise ValueError(f"{JSON_NAME} is not a {FORMAT} v{VERSION} file")
+    check_npz(npz_bytes, where=NPZ_NAME)  # before anything inflates
     with np.load(io.BytesIO(npz_bytes), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     verified = []
@@ -212,12 +215,12 @@ def read(directory: Path) -> Any:
         if verified:
             return
         sig_path, path = directory / SIG_NAME, key_path()
-        if not sig_path.exists():
+        if not os.path.lexists(sig_path):
             raise UntrustedState(f"it holds pickled data but no {SIG_NAME}")
         key = _key(create=False)
         if key is None:
             raise UntrustedState(f"it holds pickled data signed with a run key, and {path} does not exist here")
-        if not hmac.compare_digest(_signature(key, json_bytes, npz_bytes), sig_path.read_text().strip()):
+        if not hmac.compare_digest(_signature(key, json_bytes, npz_bytes), jail.read_text(SIG_NAME, "pointer").strip()):
             raise UntrustedState(f"its pickled data is not signed with this user's run key {path} (copy the key "
                                  f"from the machine that wrote the run, or start a new run)")
         verified.append(True)

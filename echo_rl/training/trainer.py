@@ -108,8 +108,14 @@ class EchoRLTrainer:
         progress = TrainingProgress(cfg.total_timesteps, start_step, enabled=self.show_progress,
                                     line_per_iteration=agent.line_per_iteration,
                                     iteration_budget=agent.iteration_budget)
-        metrics_log = JsonlLogger(self.run.metrics_path).open(truncate_after_step=start_step if self.resume else -1)
-        timings_log = JsonlLogger(self.run.timings_path).open(truncate_after_step=start_step if self.resume else -1)
+        keep = start_step if self.resume else -1
+        metrics_log = JsonlLogger("metrics.jsonl", self.run.jail).open(truncate_after_step=keep)
+        try:
+            timings_log = JsonlLogger("timings.jsonl", self.run.jail).open(truncate_after_step=keep)
+        except BaseException:
+            metrics_log.close()
+            await _maybe_await(self.agent.close())
+            raise
         try:
             try:
                 progress.open_log(self.run.progress_log_path)
@@ -178,7 +184,13 @@ class EchoRLTrainer:
                         self._checkpoint()
                     await asyncio.sleep(0)
             interrupted = self._stopping()
-            if not interrupted:
+            logged = None
+            if self.resume and agent.env_steps == start_step and self._finished(target):
+                logged = self._final_eval_logged(agent.env_steps)
+            if logged is not None:  # killed after the final checkpoint: its evaluation row is already there
+                last_eval = logged
+                history.append({"step": agent.env_steps, **last_eval})
+            elif not interrupted:
                 last_eval = await evaluate(agent.env_steps)
                 metrics_log.log({"train/updates": float(agent.updates), **{f"eval/{k}": v for k, v in last_eval.items()}},
                                 agent.env_steps)
@@ -218,6 +230,13 @@ class EchoRLTrainer:
         self._stop = True
 
     # -- internals ----------------------------------------------------------------
+    def _final_eval_logged(self, step: int) -> dict[str, float] | None:
+        """The evaluation logged at ``step`` when ``metrics.jsonl`` holds one (a resume of a finished run)."""
+        for row in reversed(JsonlLogger.read("metrics.jsonl", self.run.jail)):
+            if row.get("step") == step and any(k.startswith("eval/") for k in row):
+                return {k[5:]: v for k, v in row.items() if k.startswith("eval/")}
+        return None
+
     def _stopping(self) -> bool:
         """A stop was asked for (Ctrl-C, :meth:`request_stop`); data-parallel learners stop together."""
         learner = _learner()
@@ -279,7 +298,7 @@ class EchoRLTrainer:
     def _finish(self, result: TrainingMetrics, clock: WallClock, steps: int) -> None:
         """``summary.json``: steps against the budget, and wall time over the whole run (``env_steps_per_s``)
         beside the iterations alone (``iteration_env_steps_per_s``), with where the rest went (``time_s``)."""
-        rows = JsonlLogger.read(self.run.metrics_path)
+        rows = JsonlLogger.read("metrics.jsonl", self.run.jail)
         self.run.plot_learning_curve(rows)
         self.run.write_summary({
             "env_name": self.config.env_name, "agent": self.config.agent, "seed": self.config.seed,

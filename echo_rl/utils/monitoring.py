@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from echo_rl.config.base import ConfigError
+
 
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
@@ -26,22 +28,56 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-class JsonlLogger:
-    """Appends one JSON object per call; flushed each line so a killed run keeps its history."""
+def _rows(text: str, where: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines text; a line that is not one is a ConfigError naming it."""
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if type(row) is not dict:
+            raise ConfigError(f"{where} line {n} is not a JSON object; fix or remove that line")
+        rows.append(row)
+    return rows
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+
+class JsonlLogger:
+    """Appends one JSON object per call; flushed each line so a killed run keeps its history. With ``jail`` (a
+    run directory's :class:`~echo_rl.utils.jail.Jail`) ``path`` is relative to it and no symlink is followed."""
+
+    def __init__(self, path: str | os.PathLike, jail: Any = None):
+        self.jail, self._rel = jail, path
+        self.path = Path(path) if jail is None else jail.root / path
         self._fh = None
 
     def open(self, truncate_after_step: int | None = None) -> "JsonlLogger":
-        """Open for appending; on resume, drop lines logged after the checkpoint's step."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if truncate_after_step is not None and self.path.exists():
-            kept = [ln for ln in self.path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= truncate_after_step]
-            self.path.write_text("".join(ln + "\n" for ln in kept))
-        self._fh = open(self.path, "a", encoding="utf-8")
+        """Open for appending; on resume, drop lines logged after the checkpoint's step (the file is replaced
+        atomically, so a refusal or a crash loses nothing)."""
+        if self.jail is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_after_step is not None:
+            try:
+                text = self._read(self.path, self.jail, self._rel)
+            except FileNotFoundError:
+                text = None
+            if text is not None:
+                kept = [r for r in _rows(text, self.path) if r.get("step", 0) <= truncate_after_step]
+                out = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+                if self.jail is None:
+                    self.path.write_text(out)
+                else:
+                    self.jail.write_atomic(self._rel, out)
+        self._fh = open(self.path, "a", encoding="utf-8") if self.jail is None else self.jail.open_append(self._rel)
         return self
+
+    @staticmethod
+    def _read(path: Path, jail: Any, rel: Any) -> str:
+        if jail is None:
+            return path.read_text()
+        return jail.read_text(rel, "jsonl")
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         if self._fh is None:
@@ -56,9 +92,14 @@ class JsonlLogger:
             self._fh = None
 
     @staticmethod
-    def read(path: str | os.PathLike) -> list[dict[str, Any]]:
-        text = Path(path).read_text() if Path(path).exists() else ""
-        return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+    def read(path: str | os.PathLike, jail: Any = None) -> list[dict[str, Any]]:
+        """The rows of a JSON-lines file ([] when it is missing); ``jail`` as in the constructor."""
+        where = Path(path) if jail is None else jail.root / path
+        try:
+            text = JsonlLogger._read(where, jail, path)
+        except FileNotFoundError:
+            return []
+        return _rows(text, where)
 
 
 class LineLogger:

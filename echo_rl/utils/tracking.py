@@ -184,8 +184,19 @@ def open_loggers(config: Any, run: Any) -> FanOutLogger:
     names = list(getattr(config, "loggers", ["tensorboard"]))
     opts = dict(getattr(config, "tracking", {}) or {})
     check_loggers(names, opts)
-    state_path = Path(run.path) / TRACKING_STATE
-    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    from echo_rl.config.base import ConfigError
+    from echo_rl.utils.jail import Jail
+
+    jail = getattr(run, "jail", None) or Jail(run.path)  # the run's own files: no symlinks, bounded reads
+    try:
+        state = json.loads(jail.read_text(TRACKING_STATE, "json"))
+    except FileNotFoundError:
+        state = {}
+    except ValueError:
+        state = None
+    if type(state) is not dict:
+        raise ConfigError(f"{Path(run.path) / TRACKING_STATE} is not a JSON object; fix or delete it (it holds the "
+                          f"W&B / MLflow run ids a resume continues)")
     name = Path(run.path).name
     opened: list[Any] = []
     try:
@@ -208,8 +219,7 @@ def open_loggers(config: Any, run: Any) -> FanOutLogger:
         FanOutLogger(opened).close()
         raise
     if state:
-        state_path.parent.mkdir(parents=True, exist_ok=True)
-        state_path.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        jail.write_atomic(TRACKING_STATE, json.dumps(state, indent=2, sort_keys=True) + "\n")
     return FanOutLogger(opened)
 
 

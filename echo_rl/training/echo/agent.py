@@ -31,6 +31,7 @@ from echo_rl.training.echo.model import EchoModel
 from echo_rl.training.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
 from echo_rl.training.rollout import VectorRolloutCollector, torch_generator
+from echo_rl.utils.jail import check_npz
 
 
 class EchoAgent(ModularAgent, VectorAgentBase):
@@ -276,7 +277,9 @@ class EchoAgent(ModularAgent, VectorAgentBase):
         if self.replay is not None and state.get("replay_npz") is not None:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "replay.npz"
-                path.write_bytes(_as_bytes(state["replay_npz"]))
+                data = _as_bytes(state["replay_npz"])
+                check_npz(data, where="the checkpoint's replay")  # from a run directory: checked before it inflates
+                path.write_bytes(data)
                 self.replay.load(path)
         sil = state.get("sil")
         if self.sil is not None and sil is not None:
