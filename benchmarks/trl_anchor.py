@@ -84,8 +84,8 @@ def task_env(args, split: str):
 
 def render_prompts(tokenizer, env, system: str) -> list[list[int]]:
     """The first-turn token ids of every task of ``env``, exactly as EchoRL's rollout worker builds them."""
-    from echo_rl.training.lm.chat_delta import ChatRenderer
-    from echo_rl.training.lm.trajectory import TrajectoryBuilder
+    from echo_rl.lm.chat_delta import ChatRenderer
+    from echo_rl.lm.trajectory import TrajectoryBuilder
 
     renderer, out = ChatRenderer(tokenizer), []
     for i in range(env.num_tasks):
@@ -95,7 +95,7 @@ def render_prompts(tokenizer, env, system: str) -> list[list[int]]:
 
 
 def score(env, task_index: int, reply: str) -> float:
-    from echo_rl.training.lm.rollout import first_line_action
+    from echo_rl.lm.rollout import first_line_action
 
     env.reset(seed=0, options={"task_index": task_index})
     _, reward, *_ = env.step(first_line_action(reply))
@@ -105,7 +105,7 @@ def score(env, task_index: int, reply: str) -> float:
 @torch.inference_mode()
 def evaluate(model, tokenizer, env, prompts: list[list[int]], max_new_tokens: int, batch: int = 16) -> float:
     """Greedy success over every task of ``env`` (left-padded batches, stop at end of turn)."""
-    from echo_rl.training.lm.chat_delta import ChatRenderer
+    from echo_rl.lm.chat_delta import ChatRenderer
 
     stop = [ChatRenderer(tokenizer).turn_end([{"role": "user", "content": "x"}])[0], tokenizer.eos_token_id]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -133,7 +133,7 @@ def peak_rss_gb() -> float:
 def run_echo_rl(args, out: Path) -> dict:
     from echo_rl.config import TrainingConfig
     from echo_rl.training.agents import build_agent
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
+    from echo_rl.lm.rollout import INSTRUCT_SYSTEM
 
     n = args.prompts * args.generations
     config = TrainingConfig().with_overrides({
@@ -184,7 +184,7 @@ def run_trl(args, out: Path) -> dict:
     import transformers
 
     from echo_rl.models.fetch import resolve_model
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
+    from echo_rl.lm.rollout import INSTRUCT_SYSTEM
 
     path = str(resolve_model("smollm2-135m"))
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -249,7 +249,7 @@ def worker(args) -> None:
     out = Path(args.out) / f"rep{args.rep}_{args.contender}"
     out.mkdir(parents=True, exist_ok=True)
     res = (run_echo_rl if args.contender == "echo_rl" else run_trl)(args, out)
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
+    from echo_rl.lm.rollout import INSTRUCT_SYSTEM
 
     test = task_env(args, "test")
     prompts = render_prompts(res["tokenizer"], test, INSTRUCT_SYSTEM)[:args.eval_tasks or None]
@@ -268,7 +268,7 @@ def baseline(args) -> None:
     import transformers
 
     from echo_rl.models.fetch import resolve_model
-    from echo_rl.training.lm.rollout import INSTRUCT_SYSTEM
+    from echo_rl.lm.rollout import INSTRUCT_SYSTEM
 
     path = str(resolve_model("smollm2-135m"))
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                               "their backbone's own settings")
         if not (args.agent and args.backbone):
             raise ConfigError("text-task evaluation needs --agent (react, act, tot) and --backbone")
-        from echo_rl.agents.runner import DEFAULT_CONCURRENCY, evaluate_text_agent
+        from echo_rl.prompting.runner import DEFAULT_CONCURRENCY, evaluate_text_agent
 
         results = evaluate_text_agent(task=args.task, agent=args.agent, backbone=args.backbone,
                                       episodes=args.episodes or 10, seed=args.seed or 0, max_steps=args.max_steps,

@@ -94,7 +94,7 @@ class ReplayConfig(ConfigBase):
 
 @dataclass
 class DQNConfig(ConfigBase):
-    """The dqn agent's learner (``echo_rl.training.dqn_agent``), CleanRL's dqn.py knobs.
+    """The dqn agent's learner (``echo_rl.vector.dqn_agent``), CleanRL's dqn.py knobs.
 
     ``TrainingConfig.learning_starts`` and the replay's ``min_experiences`` gate the first update;
     ``TrainingConfig.train_frequency`` / ``batch_size`` only set how many env steps one trainer iteration
@@ -137,7 +137,7 @@ class BandwidthConfig(ConfigBase):
 
 @dataclass
 class EchoAgentConfig(ConfigBase):
-    """The EchoRL vector agent's parts (``echo_rl.training.echo_agent``); each one can be switched off.
+    """The EchoRL vector agent's parts (``echo_rl.vector.echo``); each one can be switched off.
 
     The V-trace clip thresholds are also what the IMPALA baseline uses.
     """
@@ -191,7 +191,7 @@ class ExecutionConfig(ConfigBase):
 
 @dataclass
 class LMConfig(ConfigBase):
-    """Language-model agents on text tasks (``echo_rl.training.lm``; guide: docs/lm_training.md).
+    """Language-model agents on text tasks (``echo_rl.lm``; guide: docs/lm_training.md).
 
     On a text task ``--agent ppo`` trains GRPO (PPO's clipped ratio with group-relative
     advantages, no critic) and ``--agent echo-rl`` adds the ECHO env-output CE

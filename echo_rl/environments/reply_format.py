@@ -6,7 +6,7 @@ A task's format therefore holds the answer format written as one instruction,
 a worked one-shot example in the environment's own wording (an exchange of chat
 turns, so the model sees a reply of exactly that shape; not taken from the
 evaluation data), the stop strings that end a reply and a token budget. ReAct,
-Act-only and ToT all read the same format (``echo_rl.agents.prompts.task_format``).
+Act-only and ToT all read the same format (``echo_rl.prompting.prompts.task_format``).
 
 A task registers its format with its other metadata:
 ``register_text_env(name, factory, reply_format=TaskFormat(...))``, or a

@@ -56,11 +56,11 @@ async def _run_expert(ctx: CellContext) -> CellOutcome:
 
 
 async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
-    """ReAct / Act-only / ToT from echo_rl.agents over the cell's backbone (``expert``: the env's expert,
-    scripted), ``ctx.concurrency`` episodes at once through :func:`echo_rl.agents.runner.run_episodes`."""
-    from echo_rl.agents.engine_backbone import EngineBackbone, engine_backed
-    from echo_rl.agents.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
-    from echo_rl.agents.base import is_multiline_task
+    """ReAct / Act-only / ToT from echo_rl.prompting over the cell's backbone (``expert``: the env's expert,
+    scripted), ``ctx.concurrency`` episodes at once through :func:`echo_rl.prompting.runner.run_episodes`."""
+    from echo_rl.prompting.engine_backbone import EngineBackbone, engine_backed
+    from echo_rl.prompting.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
+    from echo_rl.prompting.base import is_multiline_task
     from echo_rl.models import load_backbone
 
     model = None
@@ -200,12 +200,12 @@ for _spec in (
     MethodSpec("expert", "reference", "the environment's hand-coded expert", _run_expert, ("text",),
                origin="issue 5: text environments"),
     MethodSpec("react", "prompting", "ReAct (Yao et al. 2023) over a backbone", _prompting("react"), ("text",),
-               needs_backbone=True, requires=("echo_rl.agents.react",), origin="issue 6: prompting baselines"),
+               needs_backbone=True, requires=("echo_rl.prompting.react",), origin="issue 6: prompting baselines"),
     MethodSpec("act", "prompting", "Act-only (ReAct's ablation without thoughts) over a backbone",
-               _prompting("act"), ("text",), needs_backbone=True, requires=("echo_rl.agents.react",),
+               _prompting("act"), ("text",), needs_backbone=True, requires=("echo_rl.prompting.react",),
                origin="issue 6: prompting baselines"),
     MethodSpec("tot", "prompting", "Tree of Thoughts (Yao et al. 2023) over a backbone", _prompting("tot"),
-               ("text",), needs_backbone=True, requires=("echo_rl.agents.tot",),
+               ("text",), needs_backbone=True, requires=("echo_rl.prompting.tot",),
                origin="issue 6: prompting baselines"),
     MethodSpec("ppo", "trained", "PPO trained by EchoRLTrainer", run_trained, ("vector",),
                trainer_agent="ppo", origin="issue 2: trainer"),

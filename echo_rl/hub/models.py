@@ -68,7 +68,7 @@ def evaluate_greedy(policy, env_name: str, episodes: int, seed: int, num_envs: i
                     env_config: dict | None = None) -> dict[str, float]:
     """Greedy-action success and return over ``episodes`` seeded episodes (``rollout.evaluate_policy``'s layout)."""
     from echo_rl.environments.minigrid_vector import make_vector_env
-    from echo_rl.training.rollout import evaluate_policy
+    from echo_rl.vector.rollout import evaluate_policy
 
     policy.reset()
     try:

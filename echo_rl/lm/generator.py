@@ -21,9 +21,9 @@ import torch
 
 from echo_rl.config import ExecutionConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.plan import EpisodePlan
-from echo_rl.training.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
+from echo_rl.lm.chat_delta import ChatRenderer
+from echo_rl.lm.plan import EpisodePlan
+from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
 from echo_rl.types import TokenTrajectory
 
 PLANNER = "planner"  # the name the latent planner is attached to the engine under

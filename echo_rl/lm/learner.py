@@ -1,6 +1,6 @@
 """One optimiser step of a causal LM on token trajectories: ECHO/GRPO, PPO-RLHF (+ ECHO), or SFT.
 
-The loss is the registered objective's (:mod:`echo_rl.training.lm.objectives`):
+The loss is the registered objective's (:mod:`echo_rl.lm.objectives`):
 ``objective="grpo"`` uses group-relative advantages (no critic);
 ``objective="ppo-rlhf"`` (a ``value_head`` objective) adds a
 :class:`~echo_rl.algorithms.ppo_rlhf.ValueHead` on the last hidden state and
@@ -27,9 +27,9 @@ from echo_rl.algorithms.grpo import group_advantages
 from echo_rl.algorithms.ppo_rlhf import ValueHead, rewards_at_turn_ends, rlhf_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logprobs, needed_positions,
                                                reduce_tokens, response_mask, sequence_logprobs)
-from echo_rl.training.lm.batch import collate
-from echo_rl.training.lm.objectives import ObjectiveInputs, get_objective
-from echo_rl.training.lm.plan import LMPlanner, plan_distributions, plan_kl, planned_forward
+from echo_rl.lm.batch import collate
+from echo_rl.lm.objectives import ObjectiveInputs, get_objective
+from echo_rl.lm.plan import LMPlanner, plan_distributions, plan_kl, planned_forward
 from echo_rl.types import TokenTrajectory
 
 
@@ -95,7 +95,7 @@ class LMLearner:
     """Owns the trainable model (and the latent planner, if any), its optimiser and the policy version.
 
     With a ``planner`` every action is scored with its plan's soft prefix before it, exactly as the engine
-    sampled it (:func:`~echo_rl.training.lm.plan.planned_forward`); the trajectories carry the actor's
+    sampled it (:func:`~echo_rl.lm.plan.planned_forward`); the trajectories carry the actor's
     ε in ``info["plan_eps"]`` (expert demonstrations use the plan mean, ε = 0).
     """
 
@@ -399,7 +399,7 @@ class LMLearner:
 
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
         """The weights the engine's plain copy loads: under LoRA, each adapted weight merged (W + scale·B·A)."""
-        from echo_rl.training.lm.lora import is_lora, merged_state_dict
+        from echo_rl.lm.lora import is_lora, merged_state_dict
 
         if is_lora(self.model):
             return merged_state_dict(self.model)
@@ -409,7 +409,7 @@ class LMLearner:
         """A copy of the policy for the engine: the same model, or under LoRA a plain one with merged weights."""
         import copy
 
-        from echo_rl.training.lm.lora import is_lora, plain_copy
+        from echo_rl.lm.lora import is_lora, plain_copy
 
         engine_model = plain_copy(self.model) if is_lora(self.model) else copy.deepcopy(self.model)
         return engine_model.to(self.engine_dtype)

@@ -5,14 +5,14 @@
 run directory, evaluation schedule, checkpoints, resume, progress, metrics.
 
 One iteration = one learner update, across a narrow generator ↔ trainer
-boundary: the :class:`~echo_rl.training.lm.generator.LMGenerator` runs rounds
+boundary: the :class:`~echo_rl.lm.generator.LMGenerator` runs rounds
 of ``num_actors`` concurrent episodes through the engine (``num_actors /
 group_size`` task seeds × ``group_size`` episodes each, so the engine batches
 them and siblings share the prompt's KV) until ``batch_size`` environment
 steps (turns) are collected, as ``TokenTrajectory`` batches; the
-:class:`~echo_rl.training.lm.trainer.LMTrainer` step runs one ECHO/GRPO update
+:class:`~echo_rl.lm.trainer.LMTrainer` step runs one ECHO/GRPO update
 (and replay steps); then one versioned
-:class:`~echo_rl.training.lm.generator.WeightUpdate` (policy and latent planner
+:class:`~echo_rl.lm.generator.WeightUpdate` (policy and latent planner
 together) reaches the engine under a new policy version (no stale KV is
 reused). The agent owns the run's η_bw tracker: the generator records every
 turn from the engine's ``prompt_length`` / ``cached_length``, the trainer
@@ -49,15 +49,15 @@ import torch
 
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.generator import LMGenerator
-from echo_rl.training.lm.objectives import get_objective
-from echo_rl.training.lm.plan import LMPlanner
-from echo_rl.training.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
-from echo_rl.training.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig
-from echo_rl.training.lm.sft import expert_trajectory, sft_batches
-from echo_rl.training.lm.trainer import LMTrainer
-from echo_rl.training.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
+from echo_rl.lm.chat_delta import ChatRenderer
+from echo_rl.lm.generator import LMGenerator
+from echo_rl.lm.objectives import get_objective
+from echo_rl.lm.plan import LMPlanner
+from echo_rl.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
+from echo_rl.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig
+from echo_rl.lm.sft import expert_trajectory, sft_batches
+from echo_rl.lm.trainer import LMTrainer
+from echo_rl.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
 from echo_rl.training.protocol import AgentBase
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
@@ -97,7 +97,7 @@ class LMAgent(AgentBase):
             raise ConfigError(f"lm_config.sft_episodes / heldout_pool need expert demonstrations, which task "
                               f"{config.env_name!r} does not have: set both to 0")
         if lm.lora_rank:  # adapters only: the base weights stay frozen (lora.py)
-            from echo_rl.training.lm.lora import add_lora
+            from echo_rl.lm.lora import add_lora
             try:
                 model = add_lora(model, lm.lora_rank, lm.lora_alpha, lm.lora_targets)
             except ValueError as exc:
@@ -133,8 +133,8 @@ class LMAgent(AgentBase):
         self.timings: dict[str, float] = {}
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
-        if config.backend == "ray":  # the same generator interface over Ray workers (distributed/ray_lm.py)
-            from echo_rl.distributed.ray_lm import RayLMGenerator, default_lm_workers
+        if config.backend == "ray":  # the same generator interface over Ray workers (lm/ray_lm.py)
+            from echo_rl.lm.ray_lm import RayLMGenerator, default_lm_workers
 
             self.generator: Any = RayLMGenerator(config, self.rollout_config, self.bandwidth,
                                                  default_lm_workers(config))

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from echo_rl.config import ConfigError
 from echo_rl.config.names import register_name_rule
 
-REGISTER_HINT = "register your own with echo_rl.training.lm.objectives.register_lm_objective(name, loss)"
+REGISTER_HINT = "register your own with echo_rl.lm.objectives.register_lm_objective(name, loss)"
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ObjectiveInputs:
 
     logprobs: Any  # log-probs at the rollout temperature (the policy term), with gradient
     ce_logprobs: Any  # log-probs at temperature 1 (the ECHO env-CE term); the same tensor when T = 1
-    batch: Any  # the collated batch (echo_rl.training.lm.batch): roles, prompt_length, behavior_logprobs,
+    batch: Any  # the collated batch (echo_rl.lm.batch): roles, prompt_length, behavior_logprobs,
     #             attention_mask, env_output_count, returns, group_ids, policy_version
     advantages: Any  # [B] per trajectory (group-relative or replayed), or [B, L] per token (value_head: GAE)
     lam: float  # this step's λ of the ECHO term (0: no env CE)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
+from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
 
 
 def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:

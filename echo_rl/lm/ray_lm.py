@@ -1,6 +1,6 @@
 """LM rollouts on Ray: the LM agent's generator as Ray actors, each with its own engine over its own policy copy.
 
-:class:`RayLMGenerator` has :class:`~echo_rl.training.lm.generator.LMGenerator`'s
+:class:`RayLMGenerator` has :class:`~echo_rl.lm.generator.LMGenerator`'s
 interface (``start``, ``sync``, ``rollouts``, ``evaluation_episodes``,
 ``snapshot``, ``stop``), so the trainer does not know where its trajectories
 come from. Each :class:`LMRolloutActor` loads the run's backbone, loads the
@@ -33,9 +33,9 @@ import torch
 from echo_rl.config import TrainingConfig
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.training.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
-from echo_rl.training.lm.learner import COMPUTE_DTYPES
-from echo_rl.training.lm.rollout import RolloutConfig
+from echo_rl.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
+from echo_rl.lm.learner import COMPUTE_DTYPES
+from echo_rl.lm.rollout import RolloutConfig
 
 END_EPISODE = None  # the recorder's event for "the episode ended"
 
@@ -85,7 +85,7 @@ def split(total: int, shares: list[int]) -> list[int]:
 
 def default_lm_workers(config: TrainingConfig) -> int:
     """``ray_num_workers``, else as for vector tasks (one per 8 actors), at most one per GRPO group."""
-    from echo_rl.distributed.ray_backend import default_num_workers
+    from echo_rl.vector.ray_backend import default_num_workers
 
     return max(1, min(default_num_workers(config), config.num_actors // config.lm_config.group_size))
 
@@ -95,9 +95,9 @@ class LMRolloutActor:
 
     def __init__(self, config: TrainingConfig, rollout: RolloutConfig) -> None:
         from echo_rl.environments.registry import make_env
-        from echo_rl.training.lm.chat_delta import ChatRenderer
-        from echo_rl.training.lm.loop import env_kwargs
-        from echo_rl.training.lm.policy import load_policy
+        from echo_rl.lm.chat_delta import ChatRenderer
+        from echo_rl.lm.loop import env_kwargs
+        from echo_rl.lm.policy import load_policy
 
         torch.manual_seed(config.seed)
         self.config = config
@@ -114,7 +114,7 @@ class LMRolloutActor:
         planner = None
         self.model.load_state_dict(update.model)
         if update.planner is not None:
-            from echo_rl.training.lm.plan import LMPlanner
+            from echo_rl.lm.plan import LMPlanner
 
             lm = self.config.lm_config
             planner = LMPlanner(self.model.config.hidden_size, self.config.planning_config, lm.plan_tokens)

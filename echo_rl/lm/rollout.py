@@ -30,8 +30,8 @@ import torch
 
 from echo_rl.config import BandwidthConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.training.lm.chat_delta import ChatRenderer, check_prefix_preserving
-from echo_rl.training.lm.trajectory import TrajectoryBuilder
+from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
+from echo_rl.lm.trajectory import TrajectoryBuilder
 from echo_rl.types import TokenTrajectory
 
 ACTION_MODES = ("generate", "choose")
@@ -125,7 +125,7 @@ class LMRolloutWorker:
                  scorer: CandidateScorer | None = None, parse: Callable[[str], str] = first_line_action,
                  plan: Callable[[np.random.Generator], Any] | None = None,
                  tracker: BandwidthEfficiencyTracker | None = None) -> None:
-        """``plan``: a factory of per-episode :class:`~echo_rl.training.lm.plan.EpisodePlan` (latent plan as a
+        """``plan``: a factory of per-episode :class:`~echo_rl.lm.plan.EpisodePlan` (latent plan as a
         soft prefix before each action), or None for no plan. ``tracker``: the trainer's η_bw tracker (default:
         one of the worker's own, at the engine's bandwidth scale)."""
         self.engine, self.renderer = engine, renderer

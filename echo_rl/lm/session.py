@@ -2,8 +2,8 @@
 
 The engine keeps no episode state (it serves one window per request); an
 episode's history is the generator's, accumulated in the same
-:class:`~echo_rl.training.lm.trajectory.TokenStream` the LM generator's
-:class:`~echo_rl.training.lm.trajectory.TrajectoryBuilder` uses, and it ends as
+:class:`~echo_rl.lm.trajectory.TokenStream` the LM generator's
+:class:`~echo_rl.lm.trajectory.TrajectoryBuilder` uses, and it ends as
 the same :class:`~echo_rl.types.TokenTrajectory`. Sampled tokens are appended
 exactly as sampled (never decoded and re-tokenized), so each turn's prompt
 extends the previous one and the engine's radix cache serves it. Rewards go
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from echo_rl.config import BandwidthConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.training.lm.trajectory import TokenStream
+from echo_rl.lm.trajectory import TokenStream
 from echo_rl.types import ACTION, TokenTrajectory, role_code
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.rollout import DEFAULT_SYSTEM
-from echo_rl.training.lm.trajectory import TrajectoryBuilder
+from echo_rl.lm.chat_delta import ChatRenderer
+from echo_rl.lm.rollout import DEFAULT_SYSTEM
+from echo_rl.lm.trajectory import TrajectoryBuilder
 from echo_rl.types import TokenTrajectory
 
 

@@ -1,8 +1,8 @@
 """The trainer side of the LM path: learner updates and replay steps on the generator's trajectories.
 
-Across the narrow boundary of :mod:`echo_rl.training.lm.generator`, the
+Across the narrow boundary of :mod:`echo_rl.lm.generator`, the
 trainer only consumes :class:`~echo_rl.types.TokenTrajectory` batches and
-hands back one versioned :class:`~echo_rl.training.lm.generator.WeightUpdate`
+hands back one versioned :class:`~echo_rl.lm.generator.WeightUpdate`
 (the engine copy's weights and the latent planner's). One :meth:`LMTrainer.step`
 = the on-policy ECHO/GRPO update, then (``lm_config.replay_updates > 0``) the
 fresh trajectories enter the hot/cold buffer with their group advantage and
@@ -23,8 +23,8 @@ import numpy as np
 
 from echo_rl.config import TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
-from echo_rl.training.lm.generator import WeightUpdate
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.lm.generator import WeightUpdate
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig
 from echo_rl.types import TokenTrajectory
 
 
@@ -71,7 +71,7 @@ class LMTrainer:
         is not drawn again, which the softmax rule over plan-surprise scores would not give.
         """
         from echo_rl.config import ReplayConfig
-        from echo_rl.training.lm.replay import TrajectoryReplay
+        from echo_rl.lm.replay import TrajectoryReplay
 
         lm, rc = self.config.lm_config, self.config.replay_config
         cfg = ReplayConfig(hot_buffer_size=lm.replay_capacity, cold_buffer_size=lm.replay_capacity,

@@ -5,7 +5,7 @@ always exactly the context of the next generation. Actions are appended as
 sampled (ids and log-probs from the engine, never decoded and re-encoded).
 :class:`TrajectoryBuilder` (chat episodes of the LM generator) renders
 observations through the chat template and keeps the decoded text only as
-chat history for later deltas; :class:`~echo_rl.training.lm.session.EpisodeSession`
+chat history for later deltas; :class:`~echo_rl.lm.session.EpisodeSession`
 (raw token turns) appends ids as given. Both end in the same ``TokenTrajectory``.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from echo_rl.training.lm.chat_delta import ChatRenderer, Message
+from echo_rl.lm.chat_delta import ChatRenderer, Message
 from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, WARNING, TokenTrajectory
 
 

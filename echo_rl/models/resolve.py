@@ -1,6 +1,6 @@
 """The one backbone resolver: a backbone name -> what it denotes (:class:`BackboneRef`), nothing loaded.
 
-Prompting (``load_backbone``), training (``echo_rl.training.lm.policy.load_policy``), the benchmark's
+Prompting (``load_backbone``), training (``echo_rl.lm.policy.load_policy``), the benchmark's
 name check and its "can this method train that backbone" rule all read :func:`resolve_backbone`, so a
 name means the same thing everywhere. Names, in the order they are tried:
 

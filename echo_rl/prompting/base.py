@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from echo_rl.config import ConfigError
-from echo_rl.agents.prompts import extract_reply, is_thought  # noqa: F401 - re-exported
+from echo_rl.prompting.prompts import extract_reply, is_thought  # noqa: F401 - re-exported
 from echo_rl.models.backbone import Backbone, Completion, Usage
 from echo_rl.utils.paths import data_root
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from echo_rl.agents.base import (EpisodeResult, TextAgent, achat, alfworld_examples, alfworld_kind, clean_alfworld,
+from echo_rl.prompting.base import (EpisodeResult, TextAgent, achat, alfworld_examples, alfworld_kind, clean_alfworld,
                                  is_thought, match_admissible, parse_reply)
-from echo_rl.agents.prompts import TaskFormat, task_format
+from echo_rl.prompting.prompts import TaskFormat, task_format
 from echo_rl.config import ConfigError
 from echo_rl.models.backbone import Backbone, Usage
 
@@ -36,7 +36,7 @@ class ReActAgent(TextAgent):
     """ReAct; ``show_admissible`` lists valid actions after each observation (not in the paper).
 
     ``max_tokens``, ``multiline`` and the stop strings default to the task's
-    :class:`~echo_rl.agents.prompts.TaskFormat`; ``few_shot="auto"`` uses its
+    :class:`~echo_rl.prompting.prompts.TaskFormat`; ``few_shot="auto"`` uses its
     one-shot example (ALFWorld: the paper's two games), ``None`` none, a string that text.
     """
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from echo_rl.agents.base import EpisodeResult, TextAgent
+from echo_rl.prompting.base import EpisodeResult, TextAgent
 from echo_rl.config import ConfigError
 from echo_rl.evaluation.statistics import wilson_interval
 from echo_rl.models.backbone import Backbone, Usage
@@ -40,7 +40,7 @@ def expert_backbone(env: Any) -> Backbone:
     (the success rate it reaches is the loop's, bounded by the expert's); it is
     not a model. Value prompts of ToT are answered ``sure``.
     """
-    from echo_rl.agents.tot import VALUE_MARK
+    from echo_rl.prompting.tot import VALUE_MARK
     from echo_rl.models.scripted import ScriptedBackbone
 
     if not getattr(env, "has_expert", False):
@@ -58,10 +58,10 @@ def build_agent(agent: str, backbone: Backbone, task: str | None = None, **optio
         raise ConfigError(f"unknown agent {agent!r}; allowed: {', '.join(AGENT_NAMES)}")
     try:
         if agent == "tot":
-            from echo_rl.agents.tot import TreeOfThoughtsAgent
+            from echo_rl.prompting.tot import TreeOfThoughtsAgent
 
             return TreeOfThoughtsAgent(backbone, task=task, **options)
-        from echo_rl.agents.react import ReActAgent
+        from echo_rl.prompting.react import ReActAgent
 
         return ReActAgent(backbone, task=task, mode="act" if agent == "act" else "react", **options)
     except TypeError as exc:
@@ -176,7 +176,7 @@ def evaluate_text_agent(task: str, agent: str, backbone: str | Backbone, episode
                         agent_config: dict | None = None, backbone_config: dict | None = None,
                         concurrency: int = DEFAULT_CONCURRENCY) -> dict:
     """Run ``episodes`` episodes of ``agent`` with ``backbone`` on text task ``task``; return and print the scores."""
-    from echo_rl.agents.engine_backbone import engine_backed
+    from echo_rl.prompting.engine_backbone import engine_backed
     from echo_rl.environments.registry import check_task_name, make_env, task_spec
     from echo_rl.models import load_backbone
 

@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from echo_rl.agents.base import (EpisodeResult, TextAgent, achat, alfworld_examples, alfworld_kind, clean_alfworld,
+from echo_rl.prompting.base import (EpisodeResult, TextAgent, achat, alfworld_examples, alfworld_kind, clean_alfworld,
                                  match_admissible, parse_reply)
-from echo_rl.agents.prompts import TaskFormat, is_thought, task_format
-from echo_rl.agents.react import turn_seed
+from echo_rl.prompting.prompts import TaskFormat, is_thought, task_format
+from echo_rl.prompting.react import turn_seed
 from echo_rl.config import ConfigError
 from echo_rl.models.backbone import Backbone, Usage
 

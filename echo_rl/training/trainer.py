@@ -9,7 +9,7 @@ quantities that are a function of (config, seed) — wall-clock figures go to
 
 Text tasks (``config.text_task``: alfworld, webshop, cruxeval, arc, or
 MiniGrid with a ``backbone``) run through the same loop with a language-model
-agent (``echo_rl.training.lm.loop.LMAgent``) whose methods are coroutines: it
+agent (``echo_rl.lm.loop.LMAgent``) whose methods are coroutines: it
 drives the execution engine on this event loop. For them an "env step" is a
 turn and one iteration is one learner update. Their metrics are not
 bit-reproducible: the engine batches concurrent episodes, and batch shapes

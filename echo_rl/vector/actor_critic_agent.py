@@ -17,7 +17,7 @@ collector, LR annealing, checkpoints — is here once, so the baselines differ
 only in their learners.
 
 Parts swap with ``agent.set(encoder=..., policy=..., storage=..., distribution=...,
-augmentation=..., reward=...)`` (:mod:`echo_rl.training.modular`; the config
+augmentation=..., reward=...)`` (:mod:`echo_rl.vector.modular`; the config
 names them too: ``encoder``, ``augmentation``, ``intrinsic_reward``). A swap
 of the network's parts builds a fresh optimiser over the new parameters;
 an injected encoder keeps its weights.
@@ -35,9 +35,9 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.models.distributions import check_fits, default_distribution, is_continuous, refuse_continuous
 from echo_rl.models.policies import ActorCritic, build_actor_critic
-from echo_rl.training.modular import ModularAgent
+from echo_rl.vector.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
-from echo_rl.training.rollout import (RolloutBuffer, VectorRolloutCollector, flat_forward, action_layout,
+from echo_rl.vector.rollout import (RolloutBuffer, VectorRolloutCollector, flat_forward, action_layout,
                                      evaluate_policy, sample_policy, torch_generator)
 
 

@@ -21,8 +21,8 @@ import traceback
 
 import torch
 
-from echo_rl.training.async_actors import Unroll
-from echo_rl.training.rollout import EpisodeStats, VectorRolloutCollector, sample_policy
+from echo_rl.vector.async_actors import Unroll
+from echo_rl.vector.rollout import EpisodeStats, VectorRolloutCollector, sample_policy
 
 START_TIMEOUT_S = 600.0  # how long the learner waits for one rollout (includes the worker's start)
 

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from echo_rl.training.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector, sample_policy
+from echo_rl.vector.rollout import EpisodeStats, RolloutBuffer, VectorRolloutCollector, sample_policy
 
 #: per-step arrays an unroll carries (RolloutBuffer's fields)
 UNROLL_FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "final_values")

@@ -18,7 +18,7 @@ transition's priority becomes its ``|TD error|``.
 
 One trainer iteration spans ``steps_per_update`` env steps (``train_frequency`` or ``batch_size`` of
 the TrainingConfig: the metrics row's granularity); ``updates`` counts gradient steps. With
-``backend=ray`` the actors are Ray workers (:mod:`echo_rl.distributed.ray_offpolicy`).
+``backend=ray`` the actors are Ray workers (:mod:`echo_rl.vector.ray_offpolicy`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.models.distributions import refuse_continuous
 from echo_rl.models.encoders import default_encoder, layer_init, make_encoder
 from echo_rl.replay.rate_limiter import RateLimited
-from echo_rl.training.offpolicy_replay import ReplayFeed, rollout_transitions, transition_example
+from echo_rl.vector.offpolicy_replay import ReplayFeed, rollout_transitions, transition_example
 from echo_rl.training.protocol import VectorAgentBase
-from echo_rl.training.rollout import VectorRolloutCollector, evaluate_policy
+from echo_rl.vector.rollout import VectorRolloutCollector, evaluate_policy
 
 SAMPLE_TIMEOUT_S = 30.0  # longest a learner waits for a batch the actors owe it
 
@@ -107,7 +107,7 @@ class DQNAgent(VectorAgentBase):
     """``--agent dqn``: the :class:`~echo_rl.training.protocol.Agent` the trainer drives (module docstring)."""
 
     #: backend=ray builds the Ray form (actors as Ray workers pushing to this learner's replay server)
-    ray_builder = "echo_rl.distributed.ray_offpolicy:build_ray_dqn"
+    ray_builder = "echo_rl.vector.ray_offpolicy:build_ray_dqn"
 
     def __init__(self, config: TrainingConfig, envs, device: torch.device):
         try:

@@ -31,8 +31,8 @@ rate, gamma, entropy/value weights, grad clip, LR annealing, unroll size
 V-trace's rho_bar and c_bar come from ``echo_config``.
 
 Asynchronous (``max_policy_lag`` >= 1), as in the paper: actors keep collecting
-while the learner updates (:mod:`echo_rl.training.async_actors`; in-process an
-actor process, :mod:`echo_rl.training.actor_process`; with ``backend=ray`` the Ray workers). Each unroll carries
+while the learner updates (:mod:`echo_rl.vector.async_actors`; in-process an
+actor process, :mod:`echo_rl.vector.actor_process`; with ``backend=ray`` the Ray workers). Each unroll carries
 the policy version that acted and its behaviour log-probabilities; a batch is
 the first unrolls to arrive covering ``num_actors`` envs, those more than
 ``max_policy_lag`` updates old dropped, and V-trace corrects the rest. The
@@ -47,10 +47,10 @@ import torch
 from echo_rl.algorithms.vtrace import next_values_from, vtrace
 from echo_rl.config import ConfigError
 from echo_rl.environments.minigrid_vector import actor_seeds
-from echo_rl.training.actor_critic_agent import ActorCriticAgent
-from echo_rl.training.actor_process import ProcessActor
-from echo_rl.training.async_actors import StalenessGate, UnrollBatch, gather_batch
-from echo_rl.training.rollout import RolloutBuffer
+from echo_rl.vector.actor_critic_agent import ActorCriticAgent
+from echo_rl.vector.actor_process import ProcessActor
+from echo_rl.vector.async_actors import StalenessGate, UnrollBatch, gather_batch
+from echo_rl.vector.rollout import RolloutBuffer
 
 
 def unroll_slices(num_steps: int, num_envs: int, batch_size: int) -> list[slice]:
@@ -60,7 +60,7 @@ def unroll_slices(num_steps: int, num_envs: int, batch_size: int) -> list[slice]
 
 
 class IMPALAAgent(ActorCriticAgent):
-    """``--agent impala``; the agent interface of :class:`echo_rl.training.actor_critic_agent.ActorCriticAgent`."""
+    """``--agent impala``; the agent interface of :class:`echo_rl.vector.actor_critic_agent.ActorCriticAgent`."""
 
     update_rule = "the learner consumes each rollout of batch_size env steps once"
     #: passes over each rollout; IMPALA's learner is single-pass (see the module docstring)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError
-from echo_rl.training.rollout import RolloutBuffer, torch_generator
+from echo_rl.vector.rollout import RolloutBuffer, torch_generator
 
 PARTS = ("encoder", "policy", "storage", "distribution", "augmentation", "reward")
 AUGMENTATION_SEED_OFFSET = 3  # the augmentation generator: seed + 3 (seed + 1, + 2 are the actors' and the learner's)

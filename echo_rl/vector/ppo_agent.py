@@ -1,7 +1,7 @@
 """PPO for vector environments (CleanRL-style, with truncation bootstrapping).
 
 The agent interface and the scaffolding (network, acting, rollouts,
-checkpoints) live in :mod:`echo_rl.training.actor_critic_agent`; this module
+checkpoints) live in :mod:`echo_rl.vector.actor_critic_agent`; this module
 is only PPO's learner: GAE over the fresh rollout, then ``num_epochs`` passes
 of clipped-surrogate minibatch updates (``ppo_update.ppo_epochs``, shared with the EchoRL agent).
 
@@ -20,9 +20,9 @@ from echo_rl.algorithms.reward_scaling import RewardScaler
 from echo_rl.config import ConfigError
 from echo_rl.distributed import data_parallel
 from echo_rl.environments.minigrid_vector import actor_seeds
-from echo_rl.training.actor_critic_agent import ActorCriticAgent
-from echo_rl.training.ppo_update import Forward, PPOBatch, ppo_epochs
-from echo_rl.training.rollout import RolloutBuffer, flat_forward, torch_generator
+from echo_rl.vector.actor_critic_agent import ActorCriticAgent
+from echo_rl.vector.ppo_update import Forward, PPOBatch, ppo_epochs
+from echo_rl.vector.rollout import RolloutBuffer, flat_forward, torch_generator
 
 
 class PPOAgent(ActorCriticAgent):

@@ -1,6 +1,6 @@
 """PPO's epochs of clipped-surrogate minibatch updates, once for every agent that learns with them.
 
-Why one function: PPO (``ppo_agent.py``) and the EchoRL agent (``training/echo/learner.py``)
+Why one function: PPO (``ppo_agent.py``) and the EchoRL agent (``vector/echo/learner.py``)
 take the same update on a fresh rollout; only the forward pass differs (EchoRL conditions
 the heads on a plan and adds its plan-KL and world-model terms). The caller supplies that
 forward pass and its optimiser step; the permutation draws, minibatching, ``ppo_loss``,

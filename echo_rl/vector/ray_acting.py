@@ -2,8 +2,8 @@
 
 Each agent kind acts with its own code, unchanged: an :class:`ActorCriticAgent` (PPO,
 IMPALA) with its network, sampler and collector; the EchoRL agent's
-:class:`~echo_rl.training.echo.actor.EchoActor` (plan windows, plan noise) on the shared
-collector. Both expose the same few members to :class:`~echo_rl.distributed.ray_backend.RolloutWorker`:
+:class:`~echo_rl.vector.echo.actor.EchoActor` (plan windows, plan noise) on the shared
+collector. Both expose the same few members to :class:`~echo_rl.vector.ray_backend.RolloutWorker`:
 ``network`` (loaded with the learner's weights), ``collector``, ``collect()``,
 ``reset(seed)``, ``state()`` / ``load_state()``, ``close()``.
 """
@@ -14,11 +14,11 @@ import torch
 
 from echo_rl.config import TrainingConfig
 from echo_rl.environments.minigrid_vector import actor_seeds
-from echo_rl.training.actor_critic_agent import ActorCriticAgent
-from echo_rl.training.echo.actor import EchoActor, rollout_fields
-from echo_rl.training.echo.agent import EchoAgent
-from echo_rl.training.echo.model import EchoModel
-from echo_rl.training.rollout import RolloutBuffer, VectorRolloutCollector, torch_generator
+from echo_rl.vector.actor_critic_agent import ActorCriticAgent
+from echo_rl.vector.echo.actor import EchoActor, rollout_fields
+from echo_rl.vector.echo.agent import EchoAgent
+from echo_rl.vector.echo.model import EchoModel
+from echo_rl.vector.rollout import RolloutBuffer, VectorRolloutCollector, torch_generator
 
 
 class _ContinuousActorCritic(ActorCriticAgent):

@@ -35,12 +35,12 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.distributed.ray_acting import RAY_AGENT_BASES, acting_part
+from echo_rl.vector.ray_acting import RAY_AGENT_BASES, acting_part
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.echo.agent import EchoAgent
-from echo_rl.training.ppo_agent import PPOAgent
-from echo_rl.training.rollout import EpisodeStats, RolloutBuffer
+from echo_rl.vector.echo.agent import EchoAgent
+from echo_rl.vector.ppo_agent import PPOAgent
+from echo_rl.vector.rollout import EpisodeStats, RolloutBuffer
 
 log = logging.getLogger("echo_rl.ray_backend")
 
@@ -273,7 +273,7 @@ class AsyncRemoteCollector(RemoteCollector):
     trains.
 
     Each worker has one rollout in flight. ``take()`` returns the first one to finish, as an
-    :class:`~echo_rl.training.async_actors.Unroll` tagged with the version it was collected with, and at once
+    :class:`~echo_rl.vector.async_actors.Unroll` tagged with the version it was collected with, and at once
     sends that worker the newest weights for its next rollout, so it collects through the learner's update.
     A failed worker is restarted and its rollout recollected with the weights it was sent (as in the
     synchronous collector); the staleness gate then judges that rollout's version like any other.
@@ -288,7 +288,7 @@ class AsyncRemoteCollector(RemoteCollector):
         self._inflight[self.workers[j].collect.remote(weights, version)] = (j, weights, version)
 
     def take(self):
-        from echo_rl.training.async_actors import Unroll
+        from echo_rl.vector.async_actors import Unroll
 
         ray = _ray()
         if not self._inflight:

@@ -37,14 +37,14 @@ import numpy as np
 import torch
 
 from echo_rl.config import TrainingConfig
-from echo_rl.distributed.ray_backend import (MAX_RESTARTS, RESEED_STRIDE, RESTART_TIMEOUT_S, Slice, WorkerNotReady,
+from echo_rl.vector.ray_backend import (MAX_RESTARTS, RESEED_STRIDE, RESTART_TIMEOUT_S, Slice, WorkerNotReady,
                                              check_ray_rollout_state, default_num_workers, reseed_restarted,
                                              restart_error, worker_slices)
 from echo_rl.distributed.ray_cluster import _init_ray, _ray
 from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
-from echo_rl.training.dqn_agent import DQNAgent, EpsilonGreedy, build_q_network
-from echo_rl.training.offpolicy_replay import ReplayFeed, rollout_transitions, transition_example
-from echo_rl.training.rollout import EpisodeStats, VectorRolloutCollector
+from echo_rl.vector.dqn_agent import DQNAgent, EpsilonGreedy, build_q_network
+from echo_rl.vector.offpolicy_replay import ReplayFeed, rollout_transitions, transition_example
+from echo_rl.vector.rollout import EpisodeStats, VectorRolloutCollector
 
 log = logging.getLogger("echo_rl.ray_offpolicy")
 

@@ -18,7 +18,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.distributed import data_parallel
 from echo_rl.distributed.data_parallel import DataParallel, run_learners
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.ppo_agent import PPOAgent
+from echo_rl.vector.ppo_agent import PPOAgent
 from echo_rl.training.trainer import EchoRLTrainer
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"

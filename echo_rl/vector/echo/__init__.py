@@ -3,7 +3,7 @@
 Acme's split: :mod:`.actor` acts (the plan path) as a step actor of the shared
 ``VectorRolloutCollector``; :mod:`.adder` writes rollouts into the replay and the
 self-imitation store; :mod:`.learner` updates the weights (PPO's update from
-``training/ppo_update.py`` plus the plan, replay and self-imitation terms);
+``vector/ppo_update.py`` plus the plan, replay and self-imitation terms);
 :mod:`.model` holds the networks; :mod:`.agent` joins them for the trainer.
 
 Why PPO for the fresh data: it is the learner whose MiniGrid behaviour is best
@@ -63,7 +63,7 @@ same network, initial weights, actions and updates as ``--agent ppo`` with that
 seed (a test checks it).
 """
 
-from echo_rl.training.echo.agent import EchoAgent
-from echo_rl.training.echo.model import EchoModel, WorldModelHead, unfold_windows
+from echo_rl.vector.echo.agent import EchoAgent
+from echo_rl.vector.echo.model import EchoModel, WorldModelHead, unfold_windows
 
 __all__ = ["EchoAgent", "EchoModel", "WorldModelHead", "unfold_windows"]

@@ -1,7 +1,7 @@
 """The EchoRL actor: per-env windows of the last k states, a sampled plan, then a sampled action.
 
-It is a :class:`~echo_rl.training.rollout.StepActor`, so the shared
-:class:`~echo_rl.training.rollout.VectorRolloutCollector` steps the envs for it (in process,
+It is a :class:`~echo_rl.vector.rollout.StepActor`, so the shared
+:class:`~echo_rl.vector.rollout.VectorRolloutCollector` steps the envs for it (in process,
 or on Ray workers) and stores, besides PPO's fields, what the learner needs to rebuild each
 step's plan: the plan noise ``eps``, the plan mean (replay scores), the episode id of every
 step and the k states before the rollout (``context``).
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from echo_rl.planning import StateWindow
-from echo_rl.training.echo.model import EchoModel
-from echo_rl.training.rollout import RolloutBuffer, evaluate_policy, torch_generator
+from echo_rl.vector.echo.model import EchoModel
+from echo_rl.vector.rollout import RolloutBuffer, evaluate_policy, torch_generator
 
 
 def rollout_fields(model: EchoModel) -> dict[str, tuple[tuple, type]]:

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.training.echo.actor import EchoRollout
-from echo_rl.training.echo.model import EchoModel
-from echo_rl.training.self_imitation import SelfImitationReplay
+from echo_rl.vector.echo.actor import EchoRollout
+from echo_rl.vector.echo.model import EchoModel
+from echo_rl.vector.self_imitation import SelfImitationReplay
 
 REPLAY_MEMORY_LIMIT = 4 * 2**30
 # checkpoints carry the replay's storage when it is at most this big (the study's settings: ~26 MiB)
@@ -42,7 +42,7 @@ class SequenceAdder:
     def set_storage(self, storage) -> None:
         """A fresh replay from ``storage(replay_config, example=item, seed=seed)`` (e.g.
         ``PrioritizedReplayBuffer.from_config``: one ring, no hot/cold split), in place of the hot/cold buffer."""
-        from echo_rl.training.rollout import RolloutBuffer
+        from echo_rl.vector.rollout import RolloutBuffer
 
         if isinstance(storage, type) and issubclass(storage, RolloutBuffer):
             raise ValueError(f"echo-rl's storage is its sequence replay, a factory (replay_config, example=, "

@@ -1,7 +1,7 @@
 """``--agent echo-rl`` for vector environments: the actor, adders and learner joined on the shared collector.
 
 Parts swap with ``agent.set(encoder=..., policy=..., storage=..., distribution=..., reward=...)``
-(:mod:`echo_rl.training.modular`, as on PPO and IMPALA; the config names them too: ``encoder``,
+(:mod:`echo_rl.vector.modular`, as on PPO and IMPALA; the config names them too: ``encoder``,
 ``intrinsic_reward``, ``init_from``). What each means here:
 
 - ``encoder`` / ``policy``: the trunk (and heads) under the FiLM plan layer; the plan encoder and
@@ -24,13 +24,13 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding, actor_seeds
 from echo_rl.models.distributions import refuse_continuous
-from echo_rl.training.echo.actor import EchoActor, EchoRollout, rollout_fields
-from echo_rl.training.echo.adder import SelfImitationAdder, SequenceAdder
-from echo_rl.training.echo.learner import EchoLearner
-from echo_rl.training.echo.model import EchoModel
-from echo_rl.training.modular import ModularAgent
+from echo_rl.vector.echo.actor import EchoActor, EchoRollout, rollout_fields
+from echo_rl.vector.echo.adder import SelfImitationAdder, SequenceAdder
+from echo_rl.vector.echo.learner import EchoLearner
+from echo_rl.vector.echo.model import EchoModel
+from echo_rl.vector.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
-from echo_rl.training.rollout import VectorRolloutCollector, torch_generator
+from echo_rl.vector.rollout import VectorRolloutCollector, torch_generator
 
 
 class EchoAgent(ModularAgent, VectorAgentBase):
@@ -39,7 +39,7 @@ class EchoAgent(ModularAgent, VectorAgentBase):
     One iteration: the collector steps the envs with :class:`EchoActor` (plan path), then
     :class:`EchoLearner` takes PPO's update with the plan terms, the adders write the rollout
     into the replay and the self-imitation store, and the learner takes their steps. With
-    ``backend=ray`` the collector is remote (``echo_rl.distributed.ray_backend``); the rest is this.
+    ``backend=ray`` the collector is remote (``echo_rl.vector.ray_backend``); the rest is this.
     """
 
     def __init__(self, config: TrainingConfig, envs, device: torch.device):

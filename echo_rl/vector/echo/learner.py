@@ -1,7 +1,7 @@
 """The EchoRL learner: PPO's update on the fresh rollout (plus plan KL and world model), then replay and
 self-imitation steps.
 
-The PPO part is :func:`echo_rl.training.ppo_update.ppo_epochs`, the loop ``--agent ppo``
+The PPO part is :func:`echo_rl.vector.ppo_update.ppo_epochs`, the loop ``--agent ppo``
 runs; only the forward pass is EchoRL's (plan-conditioned heads, the k+1-state windows
 for the plan KL, the world-model input).
 """
@@ -16,11 +16,11 @@ import torch
 from echo_rl.algorithms.gae import bootstrap_values, compute_gae
 from echo_rl.algorithms.vtrace import next_values_from, vtrace
 from echo_rl.config import TrainingConfig
-from echo_rl.training.echo.actor import EchoRollout
-from echo_rl.training.echo.adder import SelfImitationAdder, SequenceAdder
-from echo_rl.training.echo.model import EchoModel
-from echo_rl.training.ppo_update import Forward, PPOBatch, ppo_epochs
-from echo_rl.training.self_imitation import self_imitation_loss
+from echo_rl.vector.echo.actor import EchoRollout
+from echo_rl.vector.echo.adder import SelfImitationAdder, SequenceAdder
+from echo_rl.vector.echo.model import EchoModel
+from echo_rl.vector.ppo_update import Forward, PPOBatch, ppo_epochs
+from echo_rl.vector.self_imitation import self_imitation_loss
 
 
 class EchoLearner:
