@@ -25,7 +25,7 @@ _LAZY = {  # heavy modules (torch, the agents, the harness) load only when asked
     "EchoRLTrainer": "echo_rl.training.trainer",
     "BenchmarkConfig": "echo_rl.evaluation.benchmark",
     "EchoRLBenchmark": "echo_rl.evaluation.benchmark",
-    "load_policy": "echo_rl.export.loading",
+    "load_policy": "echo_rl.hub.models",  # hub names, run directories and exported files
 }
 
 

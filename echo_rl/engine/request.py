@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from echo_rl.models.backbone import ContextLengthError
+from echo_rl.engine.errors import ContextLengthError
 
 if TYPE_CHECKING:
     from echo_rl.engine.model_runner import SequenceKV

@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 
 from echo_rl.config import ConfigError
-from echo_rl.evaluation import statistics as st
+from echo_rl.utils import statistics as st
 from echo_rl.evaluation.records import CellStore, write_json_atomic
 
 CELL_COLUMNS = ("task", "method", "backbone", "seed", "label", "status", "reason", "num_episodes", "success_at_1",

@@ -1,4 +1,4 @@
-"""``echo_rl.load_policy``: one ``act(obs)`` over a run directory, an exported file or a hub model.
+"""One ``act(obs)`` over a run directory or an exported file (``echo_rl.load_policy`` adds hub models).
 
 Every source becomes a backend that maps inputs to (logits, values); the
 :class:`Policy` around it owns what acting needs beyond the network: raw
@@ -159,8 +159,8 @@ class Policy:
 
 
 def load_policy(path_or_name: str | Path) -> Policy:
-    """A :class:`Policy` from a run directory (its newest checkpoint), an exported ``.onnx`` / ``.pt`` file, or a
-    hub model name (``echo_rl.hub.models.names()``, optionally written ``hub:NAME``)."""
+    """A :class:`Policy` from a run directory (its newest checkpoint) or an exported ``.onnx`` / ``.pt`` file.
+    Hub model names are the hub's (``echo_rl.load_policy`` is :func:`echo_rl.hub.models.load_policy`)."""
     text = str(path_or_name)
     path = Path(text).expanduser()
     if path.is_dir():
@@ -175,10 +175,4 @@ def load_policy(path_or_name: str | Path) -> Policy:
         if zipfile.is_zipfile(path) or path.suffix == ".pt":
             return Policy(TorchBackend(path), str(path))
         return Policy(OnnxBackend(path), str(path))
-    from echo_rl.hub import models
-
-    name = text[4:] if text.startswith("hub:") else text
-    if name in models.names():
-        return Policy(OnnxBackend(models.path(name)), f"hub:{name}")
-    raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.pt file nor a hub model; "
-                      f"hub models: {', '.join(models.names()) or 'none'}")
+    raise ConfigError(f"{text!r} is neither a run directory nor an exported .onnx/.pt file")

@@ -4,7 +4,7 @@ Each RUN_DIR is one training run (one seed). Its score on the study's metric
 is read from its ``metrics.jsonl`` the way the study measured it (the last
 evaluation, or the first evaluation step with success >= 0.9 and the study's
 budget when never reached), for the study's task the run trained on. Both
-sides become runs x 1 matrices for ``echo_rl.evaluation.statistics``: IQM with
+sides become runs x 1 matrices for ``echo_rl.utils.statistics``: IQM with
 stratified-bootstrap CIs for each, and the probability that a new run beats a
 published one (metrics where lower is better are negated for it).
 """
@@ -70,7 +70,7 @@ def _task_of(run_dir: Path) -> str:
 
 
 def compare(run_dirs: list[str], against: str, metric: str | None = None, reps: int = 20_000) -> dict:
-    from echo_rl.evaluation.statistics import aggregate_iqm, poi_interval, stratified_bootstrap_ci
+    from echo_rl.utils.statistics import aggregate_iqm, poi_interval, stratified_bootstrap_ci
     from echo_rl.hub.scores import resolve
 
     if not against.startswith("hub:"):

@@ -56,10 +56,27 @@ def path(name: str) -> Path:
     return file
 
 
-def load(name: str):
-    """``echo_rl.load_policy("hub:NAME")``."""
-    from echo_rl.export.loading import load_policy
+def load_policy(path_or_name: str | Path):
+    """``echo_rl.load_policy``: a hub model by name (``NAME`` or ``hub:NAME``), else a run directory or an exported
+    file (:func:`echo_rl.export.loading.load_policy`)."""
+    # torch and onnxruntime load with the first policy, so reading the hub's index and scores stays light
+    from echo_rl.export.loading import OnnxBackend, Policy, load_policy as load_exported
 
+    text = str(path_or_name)
+    name = text[4:] if text.startswith("hub:") else text
+    if text.startswith("hub:") or (name in names() and not Path(text).expanduser().exists()):
+        return Policy(OnnxBackend(path(name)), f"hub:{name}")
+    try:
+        return load_exported(path_or_name)
+    except ConfigError as exc:
+        if "neither a run directory" not in str(exc):
+            raise
+        raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.pt file nor a hub model; "
+                          f"hub models: {', '.join(names()) or 'none'}") from None
+
+
+def load(name: str):
+    """The hub model ``name`` (``NAME`` or ``hub:NAME``) as a :class:`~echo_rl.export.loading.Policy`."""
     info(name)
     return load_policy(f"hub:{name[4:] if name.startswith('hub:') else name}")
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from echo_rl.config import ConfigError
-from echo_rl.models.backbone import (Backbone, Completion, ContextLengthError, Message, SamplingParams, TextDelta,
+from echo_rl.models.backbone import (Backbone, Completion, Message, SamplingParams, TextDelta,
                                      TokenLogprob, Usage, check_messages)
+from echo_rl.engine.errors import ContextLengthError
 from echo_rl.utils.optional import require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from echo_rl.prompting.base import EpisodeResult, TextAgent
 from echo_rl.config import ConfigError
-from echo_rl.evaluation.statistics import wilson_interval
+from echo_rl.utils.statistics import wilson_interval
 from echo_rl.models.backbone import Backbone, Usage
 from echo_rl.models.local import ContextLengthError
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from echo_rl.cli import main
-from echo_rl.evaluation import statistics as st
+from echo_rl.utils import statistics as st
 from echo_rl.evaluation.benchmark import BenchmarkConfig, EchoRLBenchmark
 from echo_rl.evaluation.metrics import cell_metrics
 from echo_rl.evaluation.records import CellOutcome, CellStore, EpisodeRecord

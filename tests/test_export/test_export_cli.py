@@ -73,8 +73,20 @@ def test_corrupt_and_foreign_files_are_config_errors(tmp_path):
     torch.save({"w": torch.zeros(2)}, pt)  # a plain state dict, not a TorchScript export
     with pytest.raises(ConfigError, match="not a loadable TorchScript policy|has no echo_rl.json"):
         load_policy(pt)
-    with pytest.raises(ConfigError, match="neither a run directory, an exported .onnx/.pt file nor a hub model"):
-        load_policy("hub:no-such-model")
+    with pytest.raises(ConfigError, match="'hub:no-such-model' is neither a run directory nor an exported .onnx/.pt"):
+        load_policy("hub:no-such-model")  # export knows files; hub names are the hub's
+
+
+def test_echo_rl_load_policy_adds_hub_names(tmp_path):
+    import echo_rl
+    from echo_rl.hub import models
+
+    assert echo_rl.load_policy is models.load_policy
+    with pytest.raises(ConfigError, match="unknown hub model 'no-such-model'; allowed: "):
+        echo_rl.load_policy("hub:no-such-model")
+    with pytest.raises(ConfigError, match="neither a run directory, an exported .onnx/.pt file nor a hub model; "
+                                          "hub models: "):
+        echo_rl.load_policy(tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("which", ["ppo_run", "echo_run"])
