@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from echo_rl.config import TrainingConfig
-from echo_rl.distributed.ray_cluster import _init_ray, _ray
+from echo_rl.distributed.ray_cluster import _init_ray, _ray, default_num_workers
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
 from echo_rl.lm.learner import COMPUTE_DTYPES
@@ -85,8 +85,6 @@ def split(total: int, shares: list[int]) -> list[int]:
 
 def default_lm_workers(config: TrainingConfig) -> int:
     """``ray_num_workers``, else as for vector tasks (one per 8 actors), at most one per GRPO group."""
-    from echo_rl.vector.ray_backend import default_num_workers
-
     return max(1, min(default_num_workers(config), config.num_actors // config.lm_config.group_size))
 
 

@@ -26,20 +26,11 @@ from typing import Any, Iterator, Sequence
 from echo_rl.config import ConfigError
 from echo_rl.models.backbone import Completion, SamplingParams, TextDelta, TokenLogprob, Usage
 from echo_rl.models.local import ContextLengthError, LocalBackbone
+from echo_rl.serve.errors import APIError
 from echo_rl.utils.optional import require
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_JSON_DEPTH = 32  # the deepest valid body is 5 levels; deeper input is refused before validation
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 def create_app(backbone: LocalBackbone, *, model_name: str | None = None, default_max_tokens: int = 256,

@@ -5,7 +5,7 @@ concurrent requests decode together, one packed forward per token, and share
 the radix prefix cache (a common system prompt is computed once). The engine
 lives on a private asyncio loop in a daemon thread, so it does not depend on
 which loop the HTTP server runs (uvicorn, a test client) and a request handler
-only waits on a future. Engine faults become :class:`~echo_rl.serve.app.APIError`
+only waits on a future. Engine faults become :class:`~echo_rl.serve.errors.APIError`
 here, so the server has one error type.
 """
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from echo_rl.config import ConfigError
+from echo_rl.serve.errors import APIError
 
 # Requests wait for admission at most this long (the engine's 30 s default is for RL rollouts, not clients).
 ADMISSION_TIMEOUT_S = 600.0
@@ -70,8 +71,7 @@ class EngineHost:
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
                        seed: int | None) -> Generated:
         """Submit one request to the shared engine and wait for it (a cancelled wait cancels the request)."""
-        from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError
-        from echo_rl.serve.app import APIError
+        from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError  # torch: with the engine, not on import
 
         loop = self._ensure_started()
         coro = self.engine.generate(prompt_ids, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,

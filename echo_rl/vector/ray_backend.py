@@ -36,7 +36,7 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.vector.ray_acting import RAY_AGENT_BASES, acting_part
-from echo_rl.distributed.ray_cluster import _init_ray, _ray
+from echo_rl.distributed.ray_cluster import _init_ray, _ray, default_num_workers
 from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.vector.echo.agent import EchoAgent
 from echo_rl.vector.ppo_agent import PPOAgent
@@ -44,7 +44,6 @@ from echo_rl.vector.rollout import EpisodeStats, RolloutBuffer
 
 log = logging.getLogger("echo_rl.ray_backend")
 
-ENVS_PER_WORKER = 8  # workers when ray_num_workers is None: num_actors // 8 (at least 1)
 MAX_RESTARTS = 3  # Ray restarts of one worker over a run
 RESTART_TIMEOUT_S = 180.0  # how long the learner waits for a failed worker to come back
 RESEED_STRIDE = 100_003  # seed offset per restart (not a multiple of the 10000 env stride)
@@ -94,10 +93,6 @@ def worker_slices(num_actors: int, num_workers: int) -> list[Slice]:
         raise ConfigError(f"Ray workers={num_workers} is invalid: must be between 1 and num_actors={num_actors}")
     bounds = np.linspace(0, num_actors, num_workers + 1).round().astype(int)
     return [Slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def default_num_workers(config: TrainingConfig) -> int:
-    return config.ray_num_workers or max(1, config.num_actors // ENVS_PER_WORKER)
 
 
 def slice_config(config: TrainingConfig, part: Slice) -> TrainingConfig:
