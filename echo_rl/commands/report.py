@@ -44,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--metric and --output go with --against hub:STUDY/METHOD")
     if len(args.run_dir) != 1:
         raise ConfigError("give one benchmark RUN_DIR (several are compared only with --against)")
+    from echo_rl.evaluation.benchmark import load_run
     from echo_rl.evaluation.report import write_report
 
-    written = write_report(args.run_dir[0], plots=not args.no_plots, reps=args.reps)
+    written = write_report(args.run_dir[0], *load_run(args.run_dir[0]), plots=not args.no_plots, reps=args.reps)
     print(f"report: {written['report']}")
     for p in written.get("plots", []):
         print(f"plot: {p}")

@@ -24,7 +24,7 @@ def check_backbone_name(name: str) -> None:
     """One-line ConfigError unless ``name`` is ``expert`` or a name :func:`~echo_rl.models.resolve.resolve_backbone`
     knows (a registered model not fetched here fails now, naming the fetch command)."""
     from echo_rl.models.api import PROVIDERS
-    from echo_rl.models.loader import REGISTER_HINT
+    from echo_rl.models.resolve import REGISTER_HINT
     from echo_rl.models.resolve import resolve_backbone
 
     if not isinstance(name, str) or not name.strip():

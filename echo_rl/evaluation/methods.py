@@ -200,8 +200,6 @@ def register_trained(name: str, agent: str | None = None, *, task_kinds: tuple[s
     """Register a benchmark method that trains ``agent`` (a name in ``echo_rl.training.agents.AGENTS``,
     default ``name``; see ``register_agent``) with EchoRLTrainer in each cell and reports its final
     evaluation, exactly like the built-in ``ppo`` and ``impala`` methods."""
-    from echo_rl.evaluation.runners import run_trained
-
     spec = MethodSpec(name, "trained", description or f"{agent or name} trained by EchoRLTrainer (registered)",
                       run_trained, tuple(task_kinds), trainer_agent=agent or name, origin="registered from user code",
                       training_defaults=training_defaults)
@@ -326,4 +324,61 @@ def _close(obj: Any) -> None:
         close()
 
 
-from echo_rl.evaluation import runners as _runners  # noqa: E402,F401 - registers the built-in methods
+
+async def run_trained(ctx: CellContext) -> CellOutcome:
+    """Train with EchoRLTrainer in the cell's work dir, then take the trainer's final evaluation.
+
+    A cell killed mid-training resumes from the trainer's last checkpoint when
+    its work dir was made by the same settings (a fingerprint file says so).
+    """
+    import shutil
+
+    from echo_rl.training.trainer import EchoRLTrainer
+
+    overrides = dict(ctx.method_config)
+    config = get_method(ctx.cell.method).training_config(
+        ctx.cell.task, ctx.cell.backbone, overrides, seed=ctx.cell.seed, device=ctx.device,
+        evaluation_episodes=ctx.num_episodes, env_config=env_config(ctx))
+    if "evaluation_frequency" not in overrides:  # a few points for the learning curve
+        config = config.replace(evaluation_frequency=max(config.total_timesteps // 5, 1))
+    run_dir = ctx.work_dir / "train"
+    stamp = ctx.work_dir / "fingerprint"
+    resume = False
+    if run_dir.exists():
+        if stamp.is_file() and stamp.read_text() == ctx.fingerprint and any(run_dir.rglob("state.pt")):
+            resume = True
+        else:
+            shutil.rmtree(run_dir)
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(ctx.fingerprint)
+    try:
+        trainer = EchoRLTrainer(config, run_dir=run_dir, resume=resume, show_progress=False)
+    except ConfigError as exc:  # e.g. text-task training before the LM trainer supports it
+        if "not implemented" in str(exc) or "not supported" in str(exc):
+            raise MethodUnavailable(str(exc)) from None
+        raise
+    metrics = await trainer.train()
+    if metrics.interrupted:
+        raise KeyboardInterrupt  # Ctrl-C: the trainer checkpointed; the benchmark stops and resumes later
+    results = dict(metrics.evaluation_results or {})
+    if "success_rate" not in results:
+        raise RuntimeError(f"trainer returned no evaluation_results['success_rate'] (got {sorted(results)})")
+    curve = [{"step": float(h["step"]), "success_rate": float(h["success_rate"])}
+             for h in metrics.history if h.get("success_rate") is not None]
+    return CellOutcome(
+        success_rate=float(results["success_rate"]),
+        mean_reward=_first(results, "avg_reward", "mean_return", "mean_reward"),
+        mean_length=_first(results, "avg_length", "mean_length", "episode_length"),
+        num_episodes=int(results.get("episodes", ctx.num_episodes)),
+        learning_curve=curve,
+        env_steps_trained=int(metrics.total_timesteps),
+        notes={"evaluation_results": {k: v for k, v in results.items() if isinstance(v, (int, float))},
+               "train_run_dir": str(metrics.run_dir), "resumed_training": resume},
+    )
+
+
+def _first(d: dict, *keys: str) -> float | None:
+    for k in keys:
+        if d.get(k) is not None:
+            return float(d[k])
+    return None

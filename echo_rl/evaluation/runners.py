@@ -2,9 +2,10 @@
 
 References (random, the env's expert), prompting agents (ReAct, Act-only,
 ToT over a backbone: episodes run concurrently, a local checkpoint served by
-the execution engine) and trained methods (EchoRLTrainer in the cell's work
-directory). Imported by ``methods`` itself, so every built-in name is known
-as soon as the registry is.
+the execution engine) and trained methods (``methods.run_trained``: EchoRLTrainer
+in the cell's work directory). ``echo_rl.evaluation`` imports this module, and
+Python runs it before any ``echo_rl.evaluation.*`` module, so every built-in
+name is known as soon as the registry is.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from echo_rl.config import ConfigError
 from echo_rl.evaluation.methods import (CellContext, MethodSpec, MethodUnavailable, Runner, _close, _env_notes,
-                                        _make_text_env, env_config, get_method, register_method,
+                                        _make_text_env, env_config, register_method, run_trained,
                                         run_text_episodes, run_vector_episodes)
 from echo_rl.evaluation.records import NO_BACKBONE, CellOutcome, EpisodeRecord
 
@@ -121,65 +122,6 @@ def _prompting(agent: str) -> Runner:
         return await _run_prompting(ctx, agent)
 
     return run
-
-
-async def run_trained(ctx: CellContext) -> CellOutcome:
-    """Train with EchoRLTrainer in the cell's work dir, then take the trainer's final evaluation.
-
-    A cell killed mid-training resumes from the trainer's last checkpoint when
-    its work dir was made by the same settings (a fingerprint file says so).
-    """
-    import shutil
-
-    from echo_rl.training.trainer import EchoRLTrainer
-
-    overrides = dict(ctx.method_config)
-    config = get_method(ctx.cell.method).training_config(
-        ctx.cell.task, ctx.cell.backbone, overrides, seed=ctx.cell.seed, device=ctx.device,
-        evaluation_episodes=ctx.num_episodes, env_config=env_config(ctx))
-    if "evaluation_frequency" not in overrides:  # a few points for the learning curve
-        config = config.replace(evaluation_frequency=max(config.total_timesteps // 5, 1))
-    run_dir = ctx.work_dir / "train"
-    stamp = ctx.work_dir / "fingerprint"
-    resume = False
-    if run_dir.exists():
-        if stamp.is_file() and stamp.read_text() == ctx.fingerprint and any(run_dir.rglob("state.pt")):
-            resume = True
-        else:
-            shutil.rmtree(run_dir)
-    ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(ctx.fingerprint)
-    try:
-        trainer = EchoRLTrainer(config, run_dir=run_dir, resume=resume, show_progress=False)
-    except ConfigError as exc:  # e.g. text-task training before the LM trainer supports it
-        if "not implemented" in str(exc) or "not supported" in str(exc):
-            raise MethodUnavailable(str(exc)) from None
-        raise
-    metrics = await trainer.train()
-    if metrics.interrupted:
-        raise KeyboardInterrupt  # Ctrl-C: the trainer checkpointed; the benchmark stops and resumes later
-    results = dict(metrics.evaluation_results or {})
-    if "success_rate" not in results:
-        raise RuntimeError(f"trainer returned no evaluation_results['success_rate'] (got {sorted(results)})")
-    curve = [{"step": float(h["step"]), "success_rate": float(h["success_rate"])}
-             for h in metrics.history if h.get("success_rate") is not None]
-    return CellOutcome(
-        success_rate=float(results["success_rate"]),
-        mean_reward=_first(results, "avg_reward", "mean_return", "mean_reward"),
-        mean_length=_first(results, "avg_length", "mean_length", "episode_length"),
-        num_episodes=int(results.get("episodes", ctx.num_episodes)),
-        learning_curve=curve,
-        env_steps_trained=int(metrics.total_timesteps),
-        notes={"evaluation_results": {k: v for k, v in results.items() if isinstance(v, (int, float))},
-               "train_run_dir": str(metrics.run_dir), "resumed_training": resume},
-    )
-
-
-def _first(d: dict, *keys: str) -> float | None:
-    for k in keys:
-        if d.get(k) is not None:
-            return float(d[k])
-    return None
 
 
 def _lm_objective(objective: str, judged: bool = False) -> Callable[[str, str], dict[str, Any]]:

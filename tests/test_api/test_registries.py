@@ -7,7 +7,7 @@ from echo_rl.config import ConfigError
 from echo_rl.environments import registry
 from echo_rl.environments.registry import TaskSpec, register_task, register_text_env, split_configs, task_spec
 from echo_rl.evaluation import methods
-from echo_rl.models import loader
+from echo_rl.models import resolve
 from echo_rl.models.resolve import resolve_backbone
 from echo_rl.training import agents
 from echo_rl.lm import objectives
@@ -17,7 +17,7 @@ from echo_rl.lm import objectives
 def _registries_restored():
     registry.text_task_names()
     saved = [(d, dict(d)) for d in (registry._TASKS, agents.AGENTS, methods._METHODS, objectives._OBJECTIVES,
-                                    loader._REGISTERED)]
+                                    resolve._REGISTERED)]
     yield
     for registered, before in saved:
         registered.clear()
