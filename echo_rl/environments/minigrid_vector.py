@@ -16,12 +16,13 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 from echo_rl.config import ConfigError
 from echo_rl.environments.minigrid_fast_obs import install_fast_obs
+from echo_rl.environments.minigrid_state import minigrid_snapshot, restore_minigrid
 from echo_rl.environments.registry import check_task_name, gym_task, minigrid_id
-from echo_rl.environments.sync_vector import SameStepSyncVectorEnv
+from echo_rl.environments.sync_vector import vector_env
 
 # Words that occur in MiniGrid / BabyAI missions; anything else maps to the last slot.
 MISSION_VOCAB = (
@@ -76,8 +77,6 @@ class FlatMiniGridObs(gym.ObservationWrapper):
     def snapshot(self) -> dict:
         """The env mid-episode (grid, agent, RNG) as plain JSON data (``minigrid_state``): how checkpoints carry
         envs. Levels with state that format does not hold are pickled; the checkpoint writer then signs them."""
-        from echo_rl.environments.minigrid_state import minigrid_snapshot
-
         snap = minigrid_snapshot(self)
         return snap if snap is not None else {"format": "pickle", "blob": pickle.dumps(self, pickle.HIGHEST_PROTOCOL)}
 
@@ -136,13 +135,7 @@ def make_vector_env(task: str, num_envs: int, asynchronous: bool = False, **env_
 
         return make_gym_vector_env(task, num_envs, asynchronous, **env_kwargs)
     factory = functools.partial(make_minigrid_env, task, **env_kwargs)  # picklable, unlike a lambda
-    return _vector_env([factory] * num_envs, asynchronous)
-
-
-def _vector_env(env_fns: list, asynchronous: bool) -> VectorEnv:
-    if asynchronous:
-        return AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, shared_memory=True)
-    return SameStepSyncVectorEnv(env_fns)
+    return vector_env([factory] * num_envs, asynchronous)
 
 
 def snapshot_vector_env(envs: VectorEnv) -> dict:
@@ -153,11 +146,9 @@ def snapshot_vector_env(envs: VectorEnv) -> dict:
 def restore_env(snapshot: dict) -> gym.Env:
     """One env from its snapshot. A ``pickle`` snapshot is only ever handed over by the checkpoint reader after
     it checked the run's signature (``echo_rl.training.state_codec``)."""
-    from echo_rl.environments.minigrid_state import restore_minigrid
-
     if snapshot.get("format") == "pickle":
         return pickle.loads(snapshot["blob"])
-    return restore_minigrid(snapshot)
+    return restore_minigrid(snapshot, make_minigrid_env)
 
 
 def restore_vector_env(snapshot: dict) -> VectorEnv:
@@ -167,4 +158,4 @@ def restore_vector_env(snapshot: dict) -> VectorEnv:
         raise ValueError("vector env snapshot entries must be env snapshots")
     restore_env(snapshot["envs"][0]).close()  # a bad snapshot fails here, not in a worker process
     fns = [functools.partial(restore_env, s) for s in snapshot["envs"]]
-    return _vector_env(fns, bool(snapshot["asynchronous"]))
+    return vector_env(fns, bool(snapshot["asynchronous"]))

@@ -54,7 +54,7 @@ from echo_rl.lm.generator import LMGenerator
 from echo_rl.lm.objectives import get_objective
 from echo_rl.lm.plan import LMPlanner
 from echo_rl.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
-from echo_rl.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig
+from echo_rl.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig, env_kwargs
 from echo_rl.lm.sft import expert_trajectory, sft_batches
 from echo_rl.lm.trainer import LMTrainer
 from echo_rl.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
@@ -63,17 +63,6 @@ from echo_rl.training.protocol import AgentBase
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
 EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
-
-
-def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
-    """The env options of a training (or held-out evaluation) episode: the task's registered split
-    (``TaskSpec.train_config`` / ``eval_config``; seeded generated tasks, MiniGrid's, hold out by seed alone),
-    then the run's own ``env_config`` / ``lm_config.eval_env_config``."""
-    from echo_rl.environments.registry import split_configs
-
-    train, evaluation = split_configs(config.env_name)
-    kw = {**train, **config.env_config}
-    return {**kw, **evaluation, **config.lm_config.eval_env_config} if held_out else kw
 
 
 class LMAgent(AgentBase):

@@ -35,7 +35,7 @@ from echo_rl.distributed.ray_cluster import _init_ray, _ray, default_num_workers
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
 from echo_rl.lm.learner import COMPUTE_DTYPES
-from echo_rl.lm.rollout import RolloutConfig
+from echo_rl.lm.rollout import RolloutConfig, env_kwargs
 
 END_EPISODE = None  # the recorder's event for "the episode ended"
 
@@ -94,7 +94,6 @@ class LMRolloutActor:
     def __init__(self, config: TrainingConfig, rollout: RolloutConfig) -> None:
         from echo_rl.environments.registry import make_env
         from echo_rl.lm.chat_delta import ChatRenderer
-        from echo_rl.lm.loop import env_kwargs
         from echo_rl.lm.policy import load_policy
 
         torch.manual_seed(config.seed)

@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from echo_rl.config import BandwidthConfig
+from echo_rl.config import BandwidthConfig, TrainingConfig
+from echo_rl.environments.registry import split_configs
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.lm.trajectory import TrajectoryBuilder
@@ -39,6 +40,15 @@ DEFAULT_SYSTEM = "You are an agent in a text environment. Reply with exactly one
 # for pretrained instruct models, which otherwise chat: the format the tasks parse, said plainly
 INSTRUCT_SYSTEM = ("You are an agent in a text game. Each turn, reply with exactly one action, written exactly "
                    "as the game lists it, and nothing else.")
+
+
+def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
+    """The env options of a training (or held-out evaluation) episode: the task's registered split
+    (``TaskSpec.train_config`` / ``eval_config``; seeded generated tasks, MiniGrid's, hold out by seed alone),
+    then the run's own ``env_config`` / ``lm_config.eval_env_config``."""
+    train, evaluation = split_configs(config.env_name)
+    kw = {**train, **config.env_config}
+    return {**kw, **evaluation, **config.lm_config.eval_env_config} if held_out else kw
 
 
 @dataclass

@@ -65,7 +65,7 @@ def test_the_docs_show_the_example_files_verbatim():
 def test_parity_task_follows_the_text_contract_and_its_split():
     import parity_task  # noqa: F401  (registers "parity")
     from echo_rl.environments.registry import make_env, split_configs, task_spec, text_task_names
-    from echo_rl.lm.loop import env_kwargs
+    from echo_rl.lm.rollout import env_kwargs
 
     assert "parity" in text_task_names() and task_spec("parity").data == "none: generated"
     env = make_env("parity", split="test")

@@ -11,7 +11,8 @@ transformers = pytest.importorskip("transformers")
 
 from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
 from echo_rl.lm.chat_delta import TemplatePrefixError  # noqa: E402
-from echo_rl.lm.loop import HELD_OUT_SEED_BASE, LMAgent, env_kwargs, load_policy  # noqa: E402
+from echo_rl.lm.loop import HELD_OUT_SEED_BASE, LMAgent, load_policy  # noqa: E402
+from echo_rl.lm.rollout import env_kwargs  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 
