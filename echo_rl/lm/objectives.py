@@ -19,12 +19,12 @@ so it stays torch-free; built-in losses are named ``"module:function"`` and impo
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from echo_rl.config import ConfigError
 from echo_rl.config.names import register_name_rule
+from echo_rl.utils.optional import load_attr
 
 REGISTER_HINT = "register your own with echo_rl.lm.objectives.register_lm_objective(name, loss)"
 
@@ -66,10 +66,7 @@ class LMObjective:
     description: str = ""
 
     def loss_fn(self) -> Callable[[ObjectiveInputs], Any]:
-        if not isinstance(self.loss, str):
-            return self.loss
-        module, attr = self.loss.split(":")
-        return getattr(importlib.import_module(module), attr)
+        return load_attr(self.loss) if isinstance(self.loss, str) else self.loss
 
 
 _OBJECTIVES: dict[str, LMObjective] = {}

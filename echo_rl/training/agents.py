@@ -10,10 +10,10 @@ benchmark method's ``trainer_agent`` (``echo_rl.evaluation.methods.register_trai
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from echo_rl.config import ConfigError, TrainingConfig, register_name_rule
+from echo_rl.utils.optional import load_attr
 
 # name -> "module:Class" (imported lazily so a config can be validated cheaply) or a registered class
 AGENTS: dict[str, Any] = {
@@ -58,10 +58,7 @@ register_name_rule("agent", check_agent_name)
 
 
 def _load(target: Any) -> Any:
-    if not isinstance(target, str):
-        return target
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_attr(target) if isinstance(target, str) else target
 
 
 def agent_class(name: str) -> Any:

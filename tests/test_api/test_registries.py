@@ -179,3 +179,19 @@ def test_registration_names_are_importable_from_the_package():
 
     for name in envs.__all__:
         assert getattr(envs, name) is getattr(registry, name)
+
+
+def test_one_module_attr_loader_for_agents_and_objectives(monkeypatch):
+    """The agent and LM-objective registries name built-ins as "module:attr" and load them one way."""
+    from echo_rl.utils import optional
+
+    calls = []
+    real = optional.load_attr
+    monkeypatch.setattr(optional, "load_attr", lambda target: calls.append(target) or real(target))
+    monkeypatch.setattr(agents, "load_attr", optional.load_attr)
+    monkeypatch.setattr(objectives, "load_attr", optional.load_attr)
+    assert agents.agent_class("ppo").__name__ == "PPOAgent"
+    assert callable(objectives.LMObjective("mine", "echo_rl.algorithms.lm_objectives:grpo_echo_loss").loss_fn())
+    assert calls == ["echo_rl.vector.ppo_agent:PPOAgent", "echo_rl.algorithms.lm_objectives:grpo_echo_loss"]
+    with pytest.raises(ValueError, match="'echo_rl.vector.ppo_agent' is not 'module:attr'"):
+        real("echo_rl.vector.ppo_agent")
