@@ -222,7 +222,19 @@ class LMConfig(ConfigBase):
                               choices=("float32", "bfloat16"))
     learner_token_budget: int = spec(8192, help="tokens (rows x padded length) per learner forward pass; a larger "
                                                 "batch runs as micro-batches with the same gradient", min=1)
+    learner_chunk_tokens: int = spec(1024, help="positions per LM-head chunk in the learner (no [B, L, V] logits "
+                                                "tensor is built); smaller saves memory, same log-probs", min=1)
     clip: float = spec(0.2, help="PPO/GRPO ratio clip epsilon (both sides)", gt=0)
+    advantage_scale: str = spec("std", help="grpo: group advantages divided by the group's std, or none "
+                                            "(Dr. GRPO: centred only)", choices=("std", "none"))
+    pg_reduction: str = spec("token_mean", help="policy-gradient loss averaged over every action token of the "
+                                                "batch, or per episode then over episodes",
+                             choices=("token_mean", "sequence_mean"))
+    ce_target: str = spec("env_only", help="echo-rl: tokens the env-output CE predicts",
+                          choices=("env_only", "warning_only", "warning_plus_env"))
+    ce_normalization: str = spec("sequence", help="echo-rl: env-output CE divided per episode by its env-output "
+                                                  "length |O|, or averaged over every target token",
+                                 choices=("sequence", "token_mean"))
     max_grad_norm: float = spec(1.0, help="gradient-norm clip of the language model", gt=0)
     max_staleness: int = spec(1, help="policy versions a trajectory may lag behind the learner", min=0)
     kl_coef: float = spec(0.0, help="weight of the k3 KL to the policy the RL phase started from (after SFT); "

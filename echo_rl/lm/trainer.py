@@ -41,7 +41,9 @@ class LMTrainer:
             plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm,
             kl_coef=lm.kl_coef, objective=lm.objective, gae_level=lm.gae_level, gamma=lm.gamma,
             gae_lambda=lm.gae_lambda, vf_coef=lm.vf_coef, value_clip=lm.value_clip,
-            token_budget=lm.learner_token_budget, compute_dtype=lm.compute_dtype),
+            token_budget=lm.learner_token_budget, chunk_tokens=lm.learner_chunk_tokens, compute_dtype=lm.compute_dtype,
+            advantage_scale=lm.advantage_scale, pg_reduction=lm.pg_reduction, ce_target=lm.ce_target,
+            ce_normalization=lm.ce_normalization),
             planner=planner, ref_model=copy.deepcopy(model) if lm.kl_coef else None)
         use_replay = lm.replay_updates > 0 and (config.agent != "echo-rl" or config.echo_config.replay_updates > 0)
         self.replay = self._make_replay() if use_replay else None
