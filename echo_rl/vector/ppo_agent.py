@@ -18,7 +18,7 @@ import torch
 from echo_rl.algorithms.gae import bootstrap_values, compute_gae
 from echo_rl.algorithms.reward_scaling import RewardScaler
 from echo_rl.config import ConfigError
-from echo_rl.distributed import data_parallel
+from echo_rl.distributed import learner_rank
 from echo_rl.environments.minigrid_vector import actor_seeds
 from echo_rl.vector.actor_critic_agent import ActorCriticAgent
 from echo_rl.vector.ppo_update import Forward, PPOBatch, ppo_epochs
@@ -30,7 +30,7 @@ class PPOAgent(ActorCriticAgent):
     continuous_actions = True  # Box actions: a DiagGaussian by default (echo_rl.models.distributions)
 
     def __init__(self, config, envs, device: torch.device):
-        self.dp = data_parallel.current()  # with several learners scale_rewards is refused (data_parallel.check_config)
+        self.dp = learner_rank.current()  # with several learners scale_rewards is refused (data_parallel.check_config)
         #: ppo_config.scale_rewards: the learner's rewards / std of the discounted return (checkpointed)
         self.reward_scaler = RewardScaler(envs.num_envs, config.ppo_config.gamma) \
             if config.ppo_config.scale_rewards else None
