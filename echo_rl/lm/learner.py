@@ -27,6 +27,7 @@ from echo_rl.algorithms.grpo import group_advantages
 from echo_rl.algorithms.ppo_rlhf import ValueHead, rewards_at_turn_ends, rlhf_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logprobs, needed_positions,
                                                reduce_tokens, response_mask, sequence_logprobs)
+from echo_rl.config import ConfigError
 from echo_rl.lm.batch import collate
 from echo_rl.lm.objectives import ObjectiveInputs, get_objective
 from echo_rl.lm.plan import LMPlanner, plan_distributions, plan_kl, planned_forward
@@ -110,9 +111,9 @@ class LMLearner:
         self.value_head = None
         self.objective = get_objective(self.config.objective)
         if self.objective.value_head:
-            if planner is not None:
-                raise ValueError(f"objective={self.config.objective!r} (a value-head objective) with a latent planner "
-                                 "is not built (the planned forward has no hidden states for the value head)")
+            if planner is not None:  # the one place an objective's needs are checked against the run
+                raise ConfigError(f"lm_config.objective={self.config.objective!r} is invalid with the latent plan (the "
+                                  "value head needs the plain forward's hidden states): add --no-plan or use --agent ppo")
             self.value_head = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
         self.last_rows: dict[str, np.ndarray] = {}  # per-trajectory |advantage| and env CE of the last update
         self.optimizer = self.make_optimizer(self.config.learning_rate)

@@ -51,7 +51,6 @@ from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.lm.generator import LMGenerator
-from echo_rl.lm.objectives import get_objective
 from echo_rl.lm.plan import LMPlanner
 from echo_rl.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
 from echo_rl.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig, env_kwargs
@@ -98,9 +97,6 @@ class LMAgent(AgentBase):
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.use_plan = config.agent == "echo-rl" and config.echo_config.latent_plan
-        if get_objective(lm.objective).value_head and self.use_plan:
-            raise ConfigError(f"lm_config.objective={lm.objective!r} is invalid with the latent plan (the value head "
-                              "needs the plain forward's hidden states): add --no-plan or use --agent ppo")
         self.lam = lm.env_loss_coef if config.agent == "echo-rl" and config.echo_config.world_model_coef > 0 else 0.0
         pc = config.planning_config
         self.planner = (LMPlanner(self.model.config.hidden_size, pc, lm.plan_tokens).to(device)
