@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, parse_override
 
 NAME = "eval"
 HELP = "evaluate a trained run's last checkpoint, or a prompting agent with a backbone on a text task"
@@ -67,8 +67,6 @@ def run(args: argparse.Namespace) -> int:
 def _env_options(items: list[str]) -> dict:
     """``--set key=value`` pairs as environment options (values read as YAML: numbers, booleans, strings)."""
     import yaml
-
-    from echo_rl.config import parse_override
 
     out = {}
     for text in items:

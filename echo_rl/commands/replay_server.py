@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from echo_rl.config import ConfigError
+from echo_rl.utils.monitoring import JsonlLogger
+
 NAME = "replay-server"
 HELP = "serve a prioritized replay buffer to many writers (shared memory / TCP) and remote learners"
 
@@ -77,8 +80,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _parse_leaf(text: str):
     import numpy as np
 
-    from echo_rl.config import ConfigError
-
     parts = text.split(":")
     if len(parts) != 3 or not parts[0]:
         raise ConfigError(f"--leaf={text!r} is invalid: expected NAME:DTYPE:SHAPE (e.g. obs:float32:84)")
@@ -97,7 +98,6 @@ def _parse_leaf(text: str):
 def build_schema(args):
     import json
 
-    from echo_rl.config import ConfigError
     from echo_rl.replay.schema import Schema
 
     if bool(args.leaf) == bool(args.schema_json):
@@ -116,7 +116,6 @@ def build_schema(args):
 
 def _read_secret(path):
     """The shared secret from --secret-file (one trailing newline stripped) or $ECHORL_REPLAY_SECRET; never printed."""
-    from echo_rl.config import ConfigError
     from echo_rl.distributed.protocol import secret_from_env
 
     if path is None:
@@ -135,10 +134,8 @@ def _read_secret(path):
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from echo_rl.config import ConfigError
     from echo_rl.distributed import ReplayServer
     from echo_rl.replay import PrioritizedReplayBuffer
-    from echo_rl.utils.monitoring import JsonlLogger
 
     for dest, value in vars(args).items():
         if isinstance(value, _Invalid):

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from echo_rl.config import ConfigError
+from echo_rl.models import load_backbone
+from echo_rl.models.resolve import resolve_backbone
+
 NAME = "serve"
 HELP = "serve a local backbone (checkpoint path or tiny preset) behind an OpenAI-compatible HTTP API"
 
@@ -30,8 +34,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_rl.config import ConfigError
-    from echo_rl.models import load_backbone
     from echo_rl.models.local import LocalBackbone
     from echo_rl.serve import ModelServer, create_app
 
@@ -46,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.torch_threads)
     from echo_rl.models.local import check_checkpoint_dir
-    from echo_rl.models.resolve import resolve_backbone
 
     if args.run_dir is not None:
         args.backbone = str(current_export(Path(args.run_dir)))
@@ -76,7 +77,6 @@ def current_export(run_dir: Path) -> Path:
     """The run's transformers export of its newest checkpoint, written now unless an earlier one is current."""
     import json
 
-    from echo_rl.config import ConfigError
     from echo_rl.export.lm import INFO_FILE, export_lm_run
     from echo_rl.export.runs import run_config
     from echo_rl.training.run_dir import RunDirectory

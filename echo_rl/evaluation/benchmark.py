@@ -19,12 +19,14 @@ from typing import Any, Callable
 
 import yaml
 
-from echo_rl.config import ConfigBase, ConfigError, spec
+from echo_rl.config import ConfigBase, ConfigError, TrainingConfig, spec
+from echo_rl.environments.registry import check_task_name
 from echo_rl.evaluation import methods as _methods
 from echo_rl.evaluation.backbones import check_backbone_name
 from echo_rl.evaluation.metrics import cell_metrics
 from echo_rl.evaluation.records import NO_BACKBONE, Cell, CellStore, episodes_to_dicts, fingerprint
 from echo_rl.evaluation.report import write_report
+from echo_rl.models.config import BackboneConfig
 from echo_rl.utils.monitoring import JsonlLogger, PerformanceMonitor
 
 RECORD_VERSION = 1
@@ -73,8 +75,6 @@ class BenchmarkConfig(ConfigBase):
                                     "them together on the execution engine)", min=1)
 
     def validate(self) -> None:
-        from echo_rl.environments.registry import check_task_name
-
         for name in ("tasks", "baselines"):
             if not getattr(self, name):
                 self._fail(name, getattr(self, name), "needs at least one name")
@@ -91,7 +91,6 @@ class BenchmarkConfig(ConfigBase):
             _methods.get_method(method)
         for backbone in self.backbones:
             check_backbone_name(backbone)
-        from echo_rl.models.config import BackboneConfig
 
         # an unknown field or a bad value fails before any cell runs
         BackboneConfig.from_dict(self.backbone_config, prefix="backbone_config")
@@ -106,8 +105,6 @@ class BenchmarkConfig(ConfigBase):
     def _check_training_overrides(self) -> None:
         """Fail now, not after an hour of other cells, on a bad TrainingConfig field."""
         import dataclasses
-
-        from echo_rl.config import TrainingConfig
 
         names = {f.name for f in dataclasses.fields(TrainingConfig)}
         for method in self.trained_methods():

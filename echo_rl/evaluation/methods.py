@@ -21,8 +21,11 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.environments.registry import make_env, minigrid_id, text_task_names
 from echo_rl.evaluation.records import NO_BACKBONE, Cell, CellOutcome, EpisodeRecord
+from echo_rl.models import load_backbone
+from echo_rl.models.resolve import resolve_backbone
 
 TASK_KINDS = ("text", "vector")
 
@@ -65,8 +68,6 @@ Runner = Callable[[CellContext], Awaitable[CellOutcome]]
 
 def task_kinds(task: str) -> tuple[str, ...]:
     """Which forms a task name offers: MiniGrid tasks are both text and vector tasks; registered ones are text."""
-    from echo_rl.environments.registry import minigrid_id, text_task_names
-
     kinds = []
     if task in text_task_names() or minigrid_id(task) is not None:  # any MiniGrid id also exists as text
         kinds.append("text")
@@ -100,8 +101,6 @@ class MethodSpec:
 
     def uses_backbone(self, task: str) -> bool:
         """Whether a cell of this method on ``task`` runs once per backbone."""
-        from echo_rl.environments.registry import minigrid_id
-
         return self.needs_backbone or (self.lm_on_text and minigrid_id(task) is None)
 
     def skip_reason(self, task: str, backbone: str) -> str | None:
@@ -133,8 +132,6 @@ class MethodSpec:
                         **base: Any) -> Any:
         """The TrainingConfig a cell of this trained method builds: ``base`` fields, then the method's own
         (``training_defaults``), then the user's ``overrides`` (mappings such as lm_config merge)."""
-        from echo_rl.config import TrainingConfig
-
         data: dict[str, Any] = {"env_name": task, "agent": self.trainer_agent, **base}
         if backbone != NO_BACKBONE and self.uses_backbone(task):
             data["backbone"] = backbone
@@ -147,8 +144,6 @@ class MethodSpec:
 def _weightless(name: str) -> str | None:
     """What kind of backbone ``name`` is when a trainer cannot update its weights ("API model", "registered
     backbone"), else None (the one resolver says; an unknown name is left to the trainer's own error)."""
-    from echo_rl.models.resolve import resolve_backbone
-
     try:
         ref = resolve_backbone(name, strict=False)
     except ConfigError:  # e.g. a registered model not fetched here: the benchmark's name check said so
@@ -287,8 +282,6 @@ def make_text_env(ctx: CellContext) -> Any:
 
 def load_cell_backbone(ctx: CellContext) -> Any:
     """The cell's backbone (registered ones included); a backbone that cannot load here skips the cell."""
-    from echo_rl.models import load_backbone
-
     try:
         return load_backbone(ctx.cell.backbone, ctx.backbone_config or None)
     except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
@@ -296,8 +289,6 @@ def load_cell_backbone(ctx: CellContext) -> Any:
 
 
 def _make_text_env(ctx: CellContext) -> Any:
-    from echo_rl.environments.registry import make_env, minigrid_id
-
     task, kwargs = ctx.cell.task, env_config(ctx)
     env_id = minigrid_id(task)
     if env_id is not None:  # MiniGrid as text: the same gymnasium env the vector methods see

@@ -16,15 +16,15 @@ from typing import Any, Callable
 import numpy as np
 
 from echo_rl.config import ConfigError
+from echo_rl.environments.registry import minigrid_id, task_spec
 from echo_rl.evaluation.methods import (CellContext, MethodSpec, MethodUnavailable, Runner, _close, _env_notes,
                                         _make_text_env, env_config, register_method, run_trained,
                                         run_text_episodes, run_vector_episodes)
 from echo_rl.evaluation.records import NO_BACKBONE, CellOutcome, EpisodeRecord
+from echo_rl.models import load_backbone
 
 async def _run_random(ctx: CellContext) -> CellOutcome:
     """Uniform random actions: the floor every method must beat."""
-    from echo_rl.environments.registry import minigrid_id
-
     env_id = minigrid_id(ctx.cell.task)
     if env_id is not None:
         return CellOutcome(episodes=run_vector_episodes(ctx, env_id, lambda env, obs, rng: int(
@@ -62,7 +62,6 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
     from echo_rl.prompting.engine_backbone import EngineBackbone, engine_backed
     from echo_rl.prompting.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
     from echo_rl.prompting.base import is_multiline_task
-    from echo_rl.models import load_backbone
 
     model = None
     if ctx.cell.backbone != EXPERT:  # before the env: a missing API key skips the cell without building it
@@ -111,8 +110,6 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
 def agent_task(task: str) -> str | None:
     """The prompt family of a task name: ``minigrid:<Id>`` is ``minigrid``; a task whose :class:`TaskSpec` says
     the prompting agents have no reply format for it (``prompting=False``) is None (the generic format)."""
-    from echo_rl.environments.registry import task_spec
-
     spec = task_spec(task)
     return spec.name if spec.prompting else None
 

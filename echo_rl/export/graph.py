@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.environments.registry import minigrid_id
 
 FORMAT_VERSION = 1
 
@@ -93,7 +94,6 @@ def obs_encoding(config: TrainingConfig) -> dict | None:
     (examples/standalone_policy.py): image (7x7x3 indices) flattened, direction, then a bag of mission words.
     None for other envs (their observation is the input as is)."""
     from echo_rl.environments.minigrid_vector import MISSION_VOCAB, MiniGridObsEncoding
-    from echo_rl.environments.registry import minigrid_id
 
     if minigrid_id(config.env_name) is None:
         return None

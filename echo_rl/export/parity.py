@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from echo_rl.export.loading import load_policy
+
 
 def record_observations(policy, env_name: str, steps: int = 256, num_envs: int = 4, seed: int = 0,
                         env_config: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -58,8 +60,6 @@ def run_env_config(run_dir: str | Path) -> dict:
 
 
 def check_parity(run_dir: str | Path, exported: str | Path, steps: int = 128) -> dict:
-    from echo_rl.export.loading import load_policy
-
     reference = load_policy(run_dir)
     obs, starts = record_observations(reference, reference.meta["env_name"], steps=steps,
                                       env_config=run_env_config(run_dir))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.training.agents import build_agent
 
 VECTOR_AGENTS = ("ppo", "impala", "echo-rl")
 
@@ -37,8 +38,6 @@ def newest_payload(run_dir: str | Path, config: TrainingConfig, flag: str = "--r
 def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any, TrainingConfig, str]:
     """(agent with the run's newest weights, its config, checkpoint name) for a vector-env run."""
     import torch
-
-    from echo_rl.training.agents import build_agent
 
     config = run_config(run_dir, flag)
     if config.text_task:

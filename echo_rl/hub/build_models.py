@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.hub.models import evaluate_greedy, models_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 # the sample-efficiency study's shared settings (benchmarks/sample_efficiency.py SHARED, PPO's part)
@@ -56,10 +57,8 @@ def _machine() -> str:
 
 
 def build(name: str, work_dir: Path) -> dict:
-    from echo_rl.config import TrainingConfig
     from echo_rl.export.loading import load_policy
     from echo_rl.export.vector import export_vector_run
-    from echo_rl.hub.models import evaluate_greedy, models_dir
     from echo_rl.training.protocol import EVAL_SEED_OFFSET
     from echo_rl.training.trainer import EchoRLTrainer
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from echo_rl.config import ConfigError
+from echo_rl.environments.registry import minigrid_id
+from echo_rl.hub.scores import resolve
 
 # hub metric -> how a run directory yields it
 RUN_METRICS = {
@@ -62,7 +64,6 @@ def run_score(run_dir: str | Path, metric: str, budget: float | None) -> float:
 
 
 def _task_of(run_dir: Path) -> str:
-    from echo_rl.environments.registry import minigrid_id
     from echo_rl.export.runs import run_config
 
     env = run_config(run_dir, flag="RUN_DIR").env_name
@@ -71,7 +72,6 @@ def _task_of(run_dir: Path) -> str:
 
 def compare(run_dirs: list[str], against: str, metric: str | None = None, reps: int = 20_000) -> dict:
     from echo_rl.utils.statistics import aggregate_iqm, poi_interval, stratified_bootstrap_ci
-    from echo_rl.hub.scores import resolve
 
     if not against.startswith("hub:"):
         raise ConfigError(f"--against {against!r} is invalid: give hub:STUDY[/METHOD] (python -c 'from "

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
+from echo_rl.environments.registry import make_env
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.lm.generator import LMGenerator
@@ -57,6 +58,7 @@ from echo_rl.lm.rollout import DEFAULT_SYSTEM, INSTRUCT_SYSTEM, RolloutConfig, e
 from echo_rl.lm.sft import expert_trajectory, sft_batches
 from echo_rl.lm.trainer import LMTrainer
 from echo_rl.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
+from echo_rl.models import load_backbone
 from echo_rl.training.protocol import AgentBase
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
@@ -70,8 +72,6 @@ class LMAgent(AgentBase):
     evaluate_at_start = True  # success and env CE before the first update: the start of every curve
 
     def __init__(self, config: TrainingConfig, device: torch.device) -> None:
-        from echo_rl.environments.registry import make_env
-
         torch.manual_seed(config.seed)
         model, self.tokenizer = load_policy(config.backbone, config.seed)
         self.tiny = is_tiny(model)
@@ -211,7 +211,6 @@ class LMAgent(AgentBase):
     # -- RLAIF ----------------------------------------------------------------------------
     def _make_judge(self) -> Any:
         from echo_rl.algorithms.rlaif import DEFAULT_RUBRIC, AIJudge
-        from echo_rl.models import load_backbone
 
         lm = self.config.lm_config
         return AIJudge(load_backbone(lm.judge_backbone), lm.judge_rubric or DEFAULT_RUBRIC, mode=lm.judge_mode,

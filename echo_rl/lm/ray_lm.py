@@ -32,6 +32,8 @@ import torch
 
 from echo_rl.config import TrainingConfig
 from echo_rl.distributed.ray_cluster import _init_ray, _ray, default_num_workers
+from echo_rl.environments.registry import make_env
+from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
 from echo_rl.lm.learner import COMPUTE_DTYPES
@@ -92,8 +94,6 @@ class LMRolloutActor:
     """One Ray worker: the backbone, its own engine, an ``LMGenerator`` over them (runs as an async Ray actor)."""
 
     def __init__(self, config: TrainingConfig, rollout: RolloutConfig) -> None:
-        from echo_rl.environments.registry import make_env
-        from echo_rl.lm.chat_delta import ChatRenderer
         from echo_rl.lm.policy import load_policy
 
         torch.manual_seed(config.seed)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from echo_rl.config import TrainingConfig
+from echo_rl.config import ReplayConfig, TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import WeightUpdate
 from echo_rl.lm.learner import LMLearner, LMLearnerConfig
@@ -72,7 +72,6 @@ class LMTrainer:
         Sampling is proportional to the priority (PER): a stale sample's priority set to 0 then means it
         is not drawn again, which the softmax rule over plan-surprise scores would not give.
         """
-        from echo_rl.config import ReplayConfig
         from echo_rl.lm.replay import TrajectoryReplay
 
         lm, rc = self.config.lm_config, self.config.replay_config

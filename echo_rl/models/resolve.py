@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from echo_rl.config import ConfigError
+from echo_rl.models.api import ALIASES, PROVIDERS, resolve_api_name
 from echo_rl.models.backbone import Backbone
 from echo_rl.models.config import BackboneConfig
+from echo_rl.models.fetch import MODELS, resolve_model
 
 KINDS = ("registered", "tiny", "fetched", "api", "url", "checkpoint")
 TRAINABLE = ("tiny", "fetched", "checkpoint")
@@ -76,16 +78,12 @@ def register_backbone(name: str, factory: Callable[[BackboneConfig], Backbone]) 
 
 def backbone_names() -> list[str]:
     """Named backbones (besides provider/model, URLs and checkpoint paths), registered ones last."""
-    from echo_rl.models.api import ALIASES
-    from echo_rl.models.fetch import MODELS
     from echo_rl.models.tiny import PRESETS
 
     return ["tiny", *[f"tiny:{p}" for p in PRESETS], *MODELS, *ALIASES, *sorted(_REGISTERED)]
 
 
 def _allowed() -> str:
-    from echo_rl.models.api import PROVIDERS
-
     return (f"{', '.join(backbone_names())}, <provider>/<model> (providers: {', '.join(PROVIDERS)}), "
             f"http(s)://host:port/v1[#model], or a local checkpoint directory ({REGISTER_HINT})")
 
@@ -93,8 +91,6 @@ def _allowed() -> str:
 def resolve_backbone(name: str, *, strict: bool = True) -> BackboneRef | None:
     """What ``name`` denotes (see the module doc); an unknown name raises a one-line ConfigError listing the
     allowed names, or with ``strict=False`` returns None (the caller says what it accepts)."""
-    from echo_rl.models.api import resolve_api_name
-    from echo_rl.models.fetch import resolve_model
     from echo_rl.models.tiny import PRESETS
 
     name = str(name).strip()

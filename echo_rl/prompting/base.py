@@ -10,8 +10,10 @@ from functools import lru_cache
 from typing import Any
 
 from echo_rl.config import ConfigError
+from echo_rl.environments.registry import task_spec
 from echo_rl.prompting.prompts import extract_reply, is_thought  # noqa: F401 - re-exported
 from echo_rl.models.backbone import Backbone, Completion, Usage
+from echo_rl.models.scripted import ScriptedBackbone
 from echo_rl.utils.paths import data_root
 
 
@@ -65,8 +67,6 @@ def parse_action(text: str) -> str:
 
 def is_multiline_task(task: str) -> bool:
     """Whether a text task's actions span several lines (ARC's grids): its ``TaskSpec.multiline``."""
-    from echo_rl.environments.registry import task_spec
-
     return task_spec(task).multiline
 
 
@@ -80,7 +80,6 @@ async def achat(backbone: Backbone, messages: list[dict], **sampling: Any) -> Co
     else its blocking ``chat`` in a worker thread, so concurrent episodes never wait on each other."""
     if hasattr(backbone, "achat"):
         return await backbone.achat(messages, **sampling)
-    from echo_rl.models.scripted import ScriptedBackbone
 
     if isinstance(backbone, ScriptedBackbone):  # replies computed in Python: no thread needed
         return backbone.chat(messages, **sampling)

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from echo_rl.config import ConfigError
+from echo_rl.environments.registry import find_task_spec
 from echo_rl.environments.reply_format import GENERIC, GENERIC_MULTILINE, TaskFormat
 
 __all__ = ["GENERIC", "TaskFormat", "extract_reply", "is_thought", "task_format"]
@@ -27,8 +28,6 @@ __all__ = ["GENERIC", "TaskFormat", "extract_reply", "is_thought", "task_format"
 def task_format(task: str | None, env: Any = None) -> TaskFormat:
     """The reply format ``task`` registered (a format that depends on the env is computed from ``env``; ``None``
     before one exists), else the generic one; ``None`` and unregistered names get the generic format too."""
-    from echo_rl.environments.registry import find_task_spec
-
     spec = find_task_spec(task)
     if spec is None:
         return GENERIC

@@ -24,9 +24,13 @@ from typing import Any, Callable
 
 from echo_rl.prompting.base import EpisodeResult, TextAgent
 from echo_rl.config import ConfigError
+from echo_rl.environments.registry import check_task_name, make_env, task_spec
+from echo_rl.models import load_backbone
 from echo_rl.utils.statistics import wilson_interval
 from echo_rl.models.backbone import Backbone, Usage
 from echo_rl.models.local import ContextLengthError
+from echo_rl.models.scripted import ScriptedBackbone
+from echo_rl.prompting.tot import VALUE_MARK
 
 AGENT_NAMES = ("react", "act", "tot")
 DEFAULT_CONCURRENCY = 8  # episodes in flight: enough to fill the engine's batches on a CPU
@@ -40,9 +44,6 @@ def expert_backbone(env: Any) -> Backbone:
     (the success rate it reaches is the loop's, bounded by the expert's); it is
     not a model. Value prompts of ToT are answered ``sure``.
     """
-    from echo_rl.prompting.tot import VALUE_MARK
-    from echo_rl.models.scripted import ScriptedBackbone
-
     if not getattr(env, "has_expert", False):
         raise ConfigError(f"backbone 'expert' is invalid for {type(env).__name__}: it has no hand-coded expert")
 
@@ -177,8 +178,6 @@ def evaluate_text_agent(task: str, agent: str, backbone: str | Backbone, episode
                         concurrency: int = DEFAULT_CONCURRENCY) -> dict:
     """Run ``episodes`` episodes of ``agent`` with ``backbone`` on text task ``task``; return and print the scores."""
     from echo_rl.prompting.engine_backbone import engine_backed
-    from echo_rl.environments.registry import check_task_name, make_env, task_spec
-    from echo_rl.models import load_backbone
 
     if agent not in AGENT_NAMES:
         raise ConfigError(f"unknown agent {agent!r}; allowed: {', '.join(AGENT_NAMES)}")

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, ExecutionConfig
 from echo_rl.serve.errors import APIError
 
 # Requests wait for admission at most this long (the engine's 30 s default is for RL rollouts, not clients).
@@ -35,7 +35,6 @@ class EngineHost:
     """Owns the engine and its loop thread; started on first use, stopped by :meth:`close`."""
 
     def __init__(self, backbone: Any, *, max_concurrent: int = 64) -> None:
-        from echo_rl.config import ExecutionConfig
         from echo_rl.engine.engine import AsyncExecutionEngine
 
         cfg = ExecutionConfig(max_concurrent_rollouts=max_concurrent, timeout=ADMISSION_TIMEOUT_S,

@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from echo_rl.utils.optional import require
+
 
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
@@ -171,8 +173,6 @@ class PerformanceMonitor:
     def start_monitoring(self) -> "PerformanceMonitor":
         import threading
         import time
-
-        from echo_rl.utils.optional import require
 
         psutil = require("psutil", "eval")
         if self._thread is not None:

@@ -38,6 +38,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.vector.ray_acting import RAY_AGENT_BASES, acting_part
 from echo_rl.distributed.ray_cluster import _init_ray, _ray, default_num_workers
 from echo_rl.environments.minigrid_vector import make_vector_env
+from echo_rl.training.agents import AGENTS, agent_class
 from echo_rl.vector.echo.agent import EchoAgent
 from echo_rl.vector.ppo_agent import PPOAgent
 from echo_rl.vector.rollout import EpisodeStats, RolloutBuffer
@@ -119,8 +120,6 @@ class RolloutWorker:
     used only to act: its network, sampler and collector are the ones the in-process agent acts with."""
 
     def __init__(self, config: TrainingConfig, part: Slice):
-        from echo_rl.training.agents import agent_class
-
         torch.set_num_threads(max(1, config.torch_threads))
         self.config = slice_config(config, part)
         envs = make_vector_env(self.config.env_name, part.size, asynchronous=config.vector_env == "async",
@@ -444,8 +443,6 @@ def ray_agent_class(base: type) -> type:
 
 def build_ray_agent(config: TrainingConfig, device, num_workers: int | None = None, **kwargs):
     """The trainer's agent with its rollout workers placed as Ray actors (``EchoRLTrainer.build_agent``)."""
-    from echo_rl.training.agents import AGENTS, agent_class
-
     base = agent_class(config.agent)
     if not (isinstance(base, type) and issubclass(base, RAY_AGENT_BASES)):
         allowed = sorted(name for name in AGENTS if issubclass(agent_class(name), RAY_AGENT_BASES))

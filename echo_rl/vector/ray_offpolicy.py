@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from echo_rl.config import TrainingConfig
+from echo_rl.distributed.client import ReplayClient
 from echo_rl.vector.ray_backend import (MAX_RESTARTS, RESEED_STRIDE, RESTART_TIMEOUT_S, Slice, WorkerNotReady,
                                              check_ray_rollout_state, default_num_workers, reseed_restarted,
                                              restart_error, worker_slices)
@@ -79,8 +80,6 @@ class DQNWorker:
 
         ``secret``: the replay server's shared secret, handed over here as a method argument (sent to this
         actor alone, kept nowhere) rather than to the constructor, whose arguments the GCS keeps."""
-        from echo_rl.distributed.client import ReplayClient
-
         seed = self.config.seed + RESEED_STRIDE * token
         self.actor.rng = np.random.default_rng(seed + 1 + 10_000 * self.part.start)
         seeds = actor_seeds(seed, self.config.num_actors)[self.part.start:self.part.stop]

@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.replay import HotColdBuffer
 from echo_rl.vector.echo.actor import EchoRollout
 from echo_rl.vector.echo.model import EchoModel
+from echo_rl.vector.rollout import RolloutBuffer
 from echo_rl.vector.self_imitation import SelfImitationReplay
 
 REPLAY_MEMORY_LIMIT = 4 * 2**30
@@ -42,8 +44,6 @@ class SequenceAdder:
     def set_storage(self, storage) -> None:
         """A fresh replay from ``storage(replay_config, example=item, seed=seed)`` (e.g.
         ``PrioritizedReplayBuffer.from_config``: one ring, no hot/cold split), in place of the hot/cold buffer."""
-        from echo_rl.vector.rollout import RolloutBuffer
-
         if isinstance(storage, type) and issubclass(storage, RolloutBuffer):
             raise ValueError(f"echo-rl's storage is its sequence replay, a factory (replay_config, example=, "
                              f"seed=) -> prioritized buffer; {storage.__name__} is a rollout buffer, and echo-rl's "
@@ -67,8 +67,6 @@ class SequenceAdder:
                 "final_values": np.zeros(L, np.float32)}
 
     def _make_replay(self, config: TrainingConfig):
-        from echo_rl.replay import HotColdBuffer
-
         rc, L = config.replay_config, self.length
         example = self.item_example()
         item_bytes = sum(v.nbytes for v in example.values())

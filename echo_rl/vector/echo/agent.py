@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.environments.minigrid_vector import MiniGridObsEncoding, actor_seeds
+from echo_rl.environments.minigrid_vector import (MiniGridObsEncoding, actor_seeds, restore_vector_env,
+                                                  snapshot_vector_env)
 from echo_rl.models.distributions import refuse_continuous
 from echo_rl.vector.echo.actor import EchoActor, EchoRollout, rollout_fields
 from echo_rl.vector.echo.adder import SelfImitationAdder, SequenceAdder
@@ -329,13 +330,9 @@ class _ActorState:
         return self.replay.get("sil")
 
     def __getstate__(self) -> dict:
-        from echo_rl.environments.minigrid_vector import snapshot_vector_env
-
         return {"envs": snapshot_vector_env(self.envs), "arrays": self.arrays, **self.replay}
 
     def __setstate__(self, state: dict) -> None:
-        from echo_rl.environments.minigrid_vector import restore_vector_env
-
         self.envs, self.arrays = restore_vector_env(state["envs"]), state["arrays"]
         self.replay = {"replay_npz": state.get("replay_npz"), "sil": state.get("sil")}
 
