@@ -7,7 +7,9 @@ from pathlib import Path
 
 from echo_rl.config import ConfigError
 from echo_rl.models import load_backbone
+from echo_rl.models.local import LocalBackbone, check_checkpoint_dir
 from echo_rl.models.resolve import resolve_backbone
+from echo_rl.serve import ModelServer, create_app
 
 NAME = "serve"
 HELP = "serve a local backbone (checkpoint path or tiny preset) behind an OpenAI-compatible HTTP API"
@@ -34,9 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_rl.models.local import LocalBackbone
-    from echo_rl.serve import ModelServer, create_app
-
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port={args.port} is invalid: must be in [0, 65535]")
     if args.default_max_tokens < 1:
@@ -47,7 +46,6 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    from echo_rl.models.local import check_checkpoint_dir
 
     if args.run_dir is not None:
         args.backbone = str(current_export(Path(args.run_dir)))

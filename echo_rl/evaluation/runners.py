@@ -22,6 +22,9 @@ from echo_rl.evaluation.methods import (CellContext, MethodSpec, MethodUnavailab
                                         run_text_episodes, run_vector_episodes)
 from echo_rl.evaluation.records import NO_BACKBONE, CellOutcome, EpisodeRecord
 from echo_rl.models import load_backbone
+from echo_rl.prompting.base import is_multiline_task
+from echo_rl.prompting.engine_backbone import EngineBackbone, engine_backed
+from echo_rl.prompting.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
 
 async def _run_random(ctx: CellContext) -> CellOutcome:
     """Uniform random actions: the floor every method must beat."""
@@ -59,10 +62,6 @@ async def _run_expert(ctx: CellContext) -> CellOutcome:
 async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
     """ReAct / Act-only / ToT from echo_rl.prompting over the cell's backbone (``expert``: the env's expert,
     scripted), ``ctx.concurrency`` episodes at once through :func:`echo_rl.prompting.runner.run_episodes`."""
-    from echo_rl.prompting.engine_backbone import EngineBackbone, engine_backed
-    from echo_rl.prompting.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
-    from echo_rl.prompting.base import is_multiline_task
-
     model = None
     if ctx.cell.backbone != EXPERT:  # before the env: a missing API key skips the cell without building it
         try:

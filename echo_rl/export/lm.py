@@ -16,13 +16,12 @@ import tempfile
 from pathlib import Path
 
 from echo_rl.config import ConfigError
+from echo_rl.export.runs import newest_payload, run_config
 
 INFO_FILE = "echo_rl_export.json"
 
 
 def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, dict]:
-    from echo_rl.export.runs import newest_payload, run_config
-
     config = run_config(run_dir)
     if not config.text_task:
         raise ConfigError(f"--run-dir {run_dir} is a vector-policy run ({config.agent} on {config.env_name}): "

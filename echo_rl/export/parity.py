@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from echo_rl.export.loading import load_policy
+from echo_rl.export.runs import run_config
 
 
 def record_observations(policy, env_name: str, steps: int = 256, num_envs: int = 4, seed: int = 0,
@@ -54,8 +55,6 @@ def compare(reference, candidate, observations: np.ndarray, starts: np.ndarray) 
 
 
 def run_env_config(run_dir: str | Path) -> dict:
-    from echo_rl.export.runs import run_config
-
     return dict(run_config(run_dir).env_config)
 
 

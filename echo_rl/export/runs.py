@@ -11,21 +11,18 @@ from typing import Any
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.training.agents import build_agent
+from echo_rl.training.run_dir import RunDirectory
 
 VECTOR_AGENTS = ("ppo", "impala", "echo-rl")
 
 
 def run_config(run_dir: str | Path, flag: str = "--run-dir") -> TrainingConfig:
-    from echo_rl.training.run_dir import RunDirectory
-
     return RunDirectory.config_of(run_dir, flag=flag)
 
 
 def newest_payload(run_dir: str | Path, config: TrainingConfig, flag: str = "--run-dir") -> tuple[dict, str]:
     """(state.pt payload, checkpoint name) of the newest checkpoint that loads; ConfigError when the run
     has none (not trained yet) or none loads."""
-    from echo_rl.training.run_dir import RunDirectory
-
     run = RunDirectory(run_dir, config)
     if run.latest_checkpoint() is None:
         raise ConfigError(f"{flag} {run_dir} has no checkpoint: the run is not trained yet "

@@ -24,6 +24,7 @@ from torch import nn
 
 from echo_rl.config import ConfigError
 from echo_rl.export.graph import example_inputs, policy_graph
+from echo_rl.export.runs import load_vector_agent
 
 FORMATS = ("onnx", "torchscript")
 QUANTIZE = ("int8",)
@@ -109,8 +110,6 @@ def check_format(fmt: str, quantize: str | None) -> None:
 def export_vector_run(run_dir: str | Path, fmt: str, out: str | Path | None = None,
                       quantize: str | None = None) -> tuple[Path, dict]:
     """Export the newest checkpoint of a vector run; (file written, metadata)."""
-    from echo_rl.export.runs import load_vector_agent
-
     check_format(fmt, quantize)
     if fmt == "onnx":
         require_onnx()

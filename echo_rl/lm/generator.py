@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from echo_rl.config import ExecutionConfig
+from echo_rl.engine.engine import AsyncExecutionEngine
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.lm.plan import EpisodePlan
@@ -65,8 +66,6 @@ class LMGenerator:
     async def start(self, model: Any, planner: Any | None, version: int) -> None:
         """Serve ``model`` (the engine's own copy of the policy; ``planner`` its copy of the latent planner)
         as policy ``version``."""
-        from echo_rl.engine.engine import AsyncExecutionEngine
-
         self.engine_model = model.eval()
         self.engine = await AsyncExecutionEngine(self.execution, self.engine_model).start()
         self.engine_planner = self.engine.attach(PLANNER, planner) if planner is not None else None

@@ -29,6 +29,7 @@ from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logp
                                                reduce_tokens, response_mask, sequence_logprobs)
 from echo_rl.config import ConfigError
 from echo_rl.lm.batch import collate
+from echo_rl.lm.lora import is_lora, merged_state_dict, plain_copy
 from echo_rl.lm.objectives import ObjectiveInputs, get_objective
 from echo_rl.lm.plan import LMPlanner, plan_distributions, plan_kl, planned_forward
 from echo_rl.types import TokenTrajectory
@@ -400,8 +401,6 @@ class LMLearner:
 
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
         """The weights the engine's plain copy loads: under LoRA, each adapted weight merged (W + scale·B·A)."""
-        from echo_rl.lm.lora import is_lora, merged_state_dict
-
         if is_lora(self.model):
             return merged_state_dict(self.model)
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -409,8 +408,6 @@ class LMLearner:
     def engine_copy(self) -> Any:
         """A copy of the policy for the engine: the same model, or under LoRA a plain one with merged weights."""
         import copy
-
-        from echo_rl.lm.lora import is_lora, plain_copy
 
         engine_model = plain_copy(self.model) if is_lora(self.model) else copy.deepcopy(self.model)
         return engine_model.to(self.engine_dtype)

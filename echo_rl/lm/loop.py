@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from echo_rl.algorithms.rlaif import AIJudge, DEFAULT_RUBRIC, mix_rewards
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
 from echo_rl.environments.registry import make_env
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
@@ -210,8 +211,6 @@ class LMAgent(AgentBase):
 
     # -- RLAIF ----------------------------------------------------------------------------
     def _make_judge(self) -> Any:
-        from echo_rl.algorithms.rlaif import DEFAULT_RUBRIC, AIJudge
-
         lm = self.config.lm_config
         return AIJudge(load_backbone(lm.judge_backbone), lm.judge_rubric or DEFAULT_RUBRIC, mode=lm.judge_mode,
                        on_unparsed="zero")
@@ -220,8 +219,6 @@ class LMAgent(AgentBase):
         """Replace each trajectory's rewards: ``rlaif`` puts the judge's score on the last turn (the others 0);
         ``mix`` scales the env rewards by (1 - w) and adds w·score on the last turn, so the return is
         ``mix_rewards(env_return, score, w)``."""
-        from echo_rl.algorithms.rlaif import mix_rewards
-
         lm = self.config.lm_config
         w = 1.0 if lm.reward == "rlaif" else lm.judge_weight
         def judge_all() -> list:

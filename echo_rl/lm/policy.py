@@ -16,13 +16,12 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.models.resolve import resolve_backbone
+from echo_rl.models.tiny import PRESETS
 
 
 def load_policy(backbone: str, seed: int) -> tuple[Any, Any]:
     """(model, tokenizer) of a local backbone: a tiny preset or a checkpoint directory with a tokenizer."""
     import transformers
-
-    from echo_rl.models.tiny import PRESETS
 
     supported = f"tiny, {', '.join('tiny:' + p for p in PRESETS)} or a local checkpoint directory"
     ref = resolve_backbone(backbone, strict=False)  # the resolver prompting uses: a name means one thing

@@ -37,6 +37,7 @@ from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
 from echo_rl.lm.learner import COMPUTE_DTYPES
+from echo_rl.lm.policy import load_policy
 from echo_rl.lm.rollout import RolloutConfig, env_kwargs
 
 END_EPISODE = None  # the recorder's event for "the episode ended"
@@ -94,8 +95,6 @@ class LMRolloutActor:
     """One Ray worker: the backbone, its own engine, an ``LMGenerator`` over them (runs as an async Ray actor)."""
 
     def __init__(self, config: TrainingConfig, rollout: RolloutConfig) -> None:
-        from echo_rl.lm.policy import load_policy
-
         torch.manual_seed(config.seed)
         self.config = config
         self.dtype = COMPUTE_DTYPES[config.lm_config.compute_dtype]  # the engine's weights, as in-process

@@ -25,6 +25,7 @@ from echo_rl.config import ReplayConfig, TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import WeightUpdate
 from echo_rl.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.lm.replay import TrajectoryReplay
 from echo_rl.types import TokenTrajectory
 
 
@@ -72,8 +73,6 @@ class LMTrainer:
         Sampling is proportional to the priority (PER): a stale sample's priority set to 0 then means it
         is not drawn again, which the softmax rule over plan-surprise scores would not give.
         """
-        from echo_rl.lm.replay import TrajectoryReplay
-
         lm, rc = self.config.lm_config, self.config.replay_config
         cfg = ReplayConfig(hot_buffer_size=lm.replay_capacity, cold_buffer_size=lm.replay_capacity,
                            age_threshold=max(1, lm.replay_capacity // 2), max_replay_age=lm.replay_capacity,

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from echo_rl.models.backbone import Backbone, Completion, Message, SamplingParams, Usage
 from echo_rl.models.local import ContextLengthError, LocalBackbone
+from echo_rl.serve.engine_host import EngineHost
 
 
 class EngineBackbone(Backbone):
@@ -28,7 +29,6 @@ class EngineBackbone(Backbone):
 
     def __init__(self, local: LocalBackbone, *, max_concurrent: int = 64) -> None:
         super().__init__()
-        from echo_rl.serve.engine_host import EngineHost
 
         if not isinstance(local, LocalBackbone):
             raise TypeError(f"EngineBackbone needs a LocalBackbone, got {type(local).__name__}")

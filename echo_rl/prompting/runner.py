@@ -30,6 +30,7 @@ from echo_rl.utils.statistics import wilson_interval
 from echo_rl.models.backbone import Backbone, Usage
 from echo_rl.models.local import ContextLengthError
 from echo_rl.models.scripted import ScriptedBackbone
+from echo_rl.prompting.engine_backbone import engine_backed
 from echo_rl.prompting.tot import VALUE_MARK
 
 AGENT_NAMES = ("react", "act", "tot")
@@ -177,8 +178,6 @@ def evaluate_text_agent(task: str, agent: str, backbone: str | Backbone, episode
                         agent_config: dict | None = None, backbone_config: dict | None = None,
                         concurrency: int = DEFAULT_CONCURRENCY) -> dict:
     """Run ``episodes`` episodes of ``agent`` with ``backbone`` on text task ``task``; return and print the scores."""
-    from echo_rl.prompting.engine_backbone import engine_backed
-
     if agent not in AGENT_NAMES:
         raise ConfigError(f"unknown agent {agent!r}; allowed: {', '.join(AGENT_NAMES)}")
     if not isinstance(episodes, int) or episodes < 1:

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Sequence
 from echo_rl.config import ConfigError
 from echo_rl.models.backbone import Completion, SamplingParams, TextDelta, TokenLogprob, Usage
 from echo_rl.models.local import ContextLengthError, LocalBackbone
+from echo_rl.serve.engine_host import EngineHost
 from echo_rl.serve.errors import APIError
 from echo_rl.utils.optional import require
 
@@ -52,7 +53,6 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
 
     if not isinstance(backbone, LocalBackbone):
         raise ConfigError(f"echo-rl serve needs a local backbone (checkpoint path or tiny), got {backbone!r}")
-    from echo_rl.serve.engine_host import EngineHost
 
     name = model_name or backbone.name
     created = int(time.time())

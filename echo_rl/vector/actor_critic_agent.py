@@ -37,6 +37,7 @@ from echo_rl.models.distributions import check_fits, default_distribution, is_co
 from echo_rl.models.policies import ActorCritic, build_actor_critic
 from echo_rl.vector.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
+from echo_rl.training.run_dir import RunDirectory
 from echo_rl.vector.rollout import (RolloutBuffer, VectorRolloutCollector, flat_forward, action_layout,
                                      evaluate_policy, sample_policy, torch_generator)
 
@@ -215,8 +216,6 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
 
     def load_weights_from(self, run_dir: str) -> None:
         """The network weights of ``run_dir``'s newest checkpoint (fine-tuning); optimiser and counters stay."""
-        from echo_rl.training.run_dir import RunDirectory
-
         run = RunDirectory(run_dir, RunDirectory.config_of(run_dir, flag="init_from"))
         loaded = {}
 

@@ -39,6 +39,7 @@ from echo_rl.vector.ray_acting import RAY_AGENT_BASES, acting_part
 from echo_rl.distributed.ray_cluster import _init_ray, _ray, default_num_workers
 from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.training.agents import AGENTS, agent_class
+from echo_rl.vector.async_actors import Unroll
 from echo_rl.vector.echo.agent import EchoAgent
 from echo_rl.vector.ppo_agent import PPOAgent
 from echo_rl.vector.rollout import EpisodeStats, RolloutBuffer
@@ -282,8 +283,6 @@ class AsyncRemoteCollector(RemoteCollector):
         self._inflight[self.workers[j].collect.remote(weights, version)] = (j, weights, version)
 
     def take(self):
-        from echo_rl.vector.async_actors import Unroll
-
         ray = _ray()
         if not self._inflight:
             for j in range(len(self.workers)):

@@ -31,6 +31,7 @@ from echo_rl.vector.echo.learner import EchoLearner
 from echo_rl.vector.echo.model import EchoModel
 from echo_rl.vector.modular import ModularAgent
 from echo_rl.training.protocol import VectorAgentBase
+from echo_rl.training.run_dir import RunDirectory
 from echo_rl.vector.rollout import VectorRolloutCollector, torch_generator
 
 
@@ -201,8 +202,6 @@ class EchoAgent(ModularAgent, VectorAgentBase):
     def load_weights_from(self, run_dir: str) -> None:
         """The model weights (plan encoder, policy, world model) of ``run_dir``'s newest checkpoint, for
         fine-tuning; the optimiser, the EMA plan and the counters start fresh."""
-        from echo_rl.training.run_dir import RunDirectory
-
         run = RunDirectory(run_dir, RunDirectory.config_of(run_dir, flag="init_from"))
 
         def apply(payload: dict, _rollout) -> None:
