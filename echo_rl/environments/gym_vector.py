@@ -113,7 +113,7 @@ def make_gym_env(task: str, **env_kwargs) -> gym.Env:
     if family == "minigrid-pixels":
         env = make_minigrid_pixels(env_id, **env_kwargs)
     elif family in ("dmc", "dmc-pixels"):
-        from echo_rl.environments.dmc import make_dmc_env
+        from echo_rl.environments.dmc import make_dmc_env  # needed on this path only
 
         env = make_dmc_env(env_id, pixels=family == "dmc-pixels", **env_kwargs)
     elif family == "atari":

@@ -131,7 +131,7 @@ def make_vector_env(task: str, num_envs: int, asynchronous: bool = False, **env_
     :mod:`echo_rl.environments.gym_vector` the same way.
     """
     if gym_task(task) is not None:
-        from echo_rl.environments.gym_vector import make_gym_vector_env
+        from echo_rl.environments.gym_vector import make_gym_vector_env  # needed on this path only
 
         return make_gym_vector_env(task, num_envs, asynchronous, **env_kwargs)
     factory = functools.partial(make_minigrid_env, task, **env_kwargs)  # picklable, unlike a lambda

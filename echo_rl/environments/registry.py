@@ -224,7 +224,7 @@ def _check_gym_task(task: str, family: str, env_id: str) -> None:
     import gymnasium as gym
 
     if family in ("dmc", "dmc-pixels"):
-        from echo_rl.environments.dmc import check_name
+        from echo_rl.environments.dmc import check_name  # gymnasium: loaded on first use
 
         check_name(env_id, family)
         return

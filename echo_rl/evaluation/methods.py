@@ -115,7 +115,7 @@ class MethodSpec:
         if self.trainer_agent is not None:
             if _module_missing("echo_rl.training.trainer"):
                 return f"{self.name} needs echo_rl.training.trainer (EchoRLTrainer), not in this installation yet"
-            from echo_rl.training.agents import AGENTS
+            from echo_rl.training.agents import AGENTS  # needed on this path only
 
             if self.trainer_agent not in AGENTS:
                 return (f"trainer agent {self.trainer_agent!r} is not registered yet ({self.origin}); "
@@ -324,7 +324,7 @@ async def run_trained(ctx: CellContext) -> CellOutcome:
     """
     import shutil
 
-    from echo_rl.training.trainer import EchoRLTrainer
+    from echo_rl.training.trainer import EchoRLTrainer  # torch, gymnasium, minigrid: loaded on first use
 
     overrides = dict(ctx.method_config)
     config = get_method(ctx.cell.method).training_config(

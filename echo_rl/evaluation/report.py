@@ -275,7 +275,7 @@ def write_report(run_dir: str | Path, config: dict[str, Any], records: list[dict
     written: dict[str, Any] = {}
     plot_files: list[str] = []
     if plots:
-        from echo_rl.evaluation.plots import write_plots
+        from echo_rl.evaluation.plots import write_plots  # needed on this path only
 
         plot_files = write_plots(run_dir / "plots", summary)
         written["plots"] = [str(run_dir / p) for p in plot_files]

@@ -30,12 +30,12 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
     weights = payload["state"].get("model")
     if not isinstance(weights, dict) or not weights:
         raise ConfigError(f"--run-dir {run_dir}/{ckpt}: the checkpoint holds no language-model weights ('model')")
-    from echo_rl.lm.loop import load_policy as load_backbone_policy
+    from echo_rl.lm.loop import load_policy as load_backbone_policy  # gymnasium, minigrid: loaded on first use
 
     model, tokenizer = load_backbone_policy(config.backbone, config.seed)
     lm = config.lm_config
     if lm.lora_rank:  # the run trained adapters: rebuild them, load, and merge into plain weights
-        from echo_rl.lm.lora import add_lora, plain_copy
+        from echo_rl.lm.lora import add_lora, plain_copy  # needed on this path only
 
         model = add_lora(model, lm.lora_rank, lm.lora_alpha, lm.lora_targets)
     try:

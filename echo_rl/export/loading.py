@@ -164,8 +164,8 @@ def load_policy(path_or_name: str | Path) -> Policy:
     text = str(path_or_name)
     path = Path(text).expanduser()
     if path.is_dir():
-        from echo_rl.export.graph import policy_graph
-        from echo_rl.export.runs import load_vector_agent
+        from echo_rl.export.graph import policy_graph  # needed on this path only
+        from echo_rl.export.runs import load_vector_agent  # needed on this path only
 
         agent, config, ckpt = load_vector_agent(path, flag="run directory")
         graph, meta = policy_graph(agent, config)

@@ -18,6 +18,7 @@ from echo_rl.export.runs import run_config
 def record_observations(policy, env_name: str, steps: int = 256, num_envs: int = 4, seed: int = 0,
                         env_config: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(observations [steps, num_envs, D], episode starts [steps, num_envs]) from acting with ``policy``."""
+    # gymnasium, minigrid: loaded on first use
     from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
 
     envs = make_vector_env(env_name, num_envs, **(env_config or {}))

@@ -64,13 +64,14 @@ def run_score(run_dir: str | Path, metric: str, budget: float | None) -> float:
 
 
 def _task_of(run_dir: Path) -> str:
-    from echo_rl.export.runs import run_config
+    from echo_rl.export.runs import run_config  # torch: loaded on first use
 
     env = run_config(run_dir, flag="RUN_DIR").env_name
     return minigrid_id(env) or env
 
 
 def compare(run_dirs: list[str], against: str, metric: str | None = None, reps: int = 20_000) -> dict:
+    # scipy: loaded on first use
     from echo_rl.utils.statistics import aggregate_iqm, poi_interval, stratified_bootstrap_ci
 
     if not against.startswith("hub:"):

@@ -84,8 +84,8 @@ def load(name: str):
 def evaluate_greedy(policy, env_name: str, episodes: int, seed: int, num_envs: int = 16,
                     env_config: dict | None = None) -> dict[str, float]:
     """Greedy-action success and return over ``episodes`` seeded episodes (``rollout.evaluate_policy``'s layout)."""
-    from echo_rl.environments.minigrid_vector import make_vector_env
-    from echo_rl.vector.rollout import evaluate_policy
+    from echo_rl.environments.minigrid_vector import make_vector_env  # gymnasium, minigrid: loaded on first use
+    from echo_rl.vector.rollout import evaluate_policy  # torch: loaded on first use
 
     policy.reset()
     try:

@@ -95,7 +95,7 @@ class Study:
     def plot_summary(self, metric: str | None = None, reps: int = 2_000) -> dict[str, Any]:
         """The summary ``echo_rl.evaluation.plots`` draws from: per-seed learning curves where published, and
         aggregate intervals of methods whose scores on ``metric`` are complete (success-like metrics in [0, 1])."""
-        from echo_rl.utils.statistics import interval_estimates
+        from echo_rl.utils.statistics import interval_estimates  # scipy: loaded on first use
 
         metric = metric or self.default_metric()
         task = self.tasks[0]

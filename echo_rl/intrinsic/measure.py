@@ -38,7 +38,7 @@ def collect(envs, steps: int, rng: np.random.Generator, obs: np.ndarray):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
+    from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env  # minigrid: loaded on first use
 
     p = argparse.ArgumentParser(prog="python -m echo_rl.intrinsic.measure", description=__doc__.split("\n")[0])
     p.add_argument("--task", default="MiniGrid-DoorKey-5x5-v0")

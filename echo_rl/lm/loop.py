@@ -86,7 +86,7 @@ class LMAgent(AgentBase):
             raise ConfigError(f"lm_config.sft_episodes / heldout_pool need expert demonstrations, which task "
                               f"{config.env_name!r} does not have: set both to 0")
         if lm.lora_rank:  # adapters only: the base weights stay frozen (lora.py)
-            from echo_rl.lm.lora import add_lora
+            from echo_rl.lm.lora import add_lora  # needed on this path only
             try:
                 model = add_lora(model, lm.lora_rank, lm.lora_alpha, lm.lora_targets)
             except ValueError as exc:
@@ -120,7 +120,7 @@ class LMAgent(AgentBase):
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
         if config.backend == "ray":  # the same generator interface over Ray workers (lm/ray_lm.py)
-            from echo_rl.lm.ray_lm import RayLMGenerator, default_lm_workers
+            from echo_rl.lm.ray_lm import RayLMGenerator, default_lm_workers  # needed on this path only
 
             self.generator: Any = RayLMGenerator(config, self.rollout_config, self.bandwidth,
                                                  default_lm_workers(config))

@@ -52,7 +52,7 @@ class ObjectiveInputs:
         """The action-token mask ``[B, L]`` (float): the tokens the policy wrote."""
         if self.action_mask is not None:
             return self.action_mask
-        from echo_rl.algorithms.token_logprobs import action_mask, response_mask
+        from echo_rl.algorithms.token_logprobs import action_mask, response_mask  # torch: loaded on first use
 
         b = self.batch
         return action_mask(b.roles, response_mask(b.prompt_length, b.input_ids.shape[1], b.attention_mask))

@@ -110,7 +110,7 @@ class LMRolloutActor:
         planner = None
         self.model.load_state_dict(update.model)
         if update.planner is not None:
-            from echo_rl.lm.plan import LMPlanner
+            from echo_rl.lm.plan import LMPlanner  # needed on this path only
 
             lm = self.config.lm_config
             planner = LMPlanner(self.model.config.hidden_size, self.config.planning_config, lm.plan_tokens)

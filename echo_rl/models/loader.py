@@ -38,7 +38,7 @@ def load_backbone(name_or_path: str | Path | Backbone, config: BackboneConfig | 
                               f"not an echo_rl.models.Backbone")
         return model
     if ref.kind in ("api", "url"):
-        from echo_rl.models.api import APIBackbone
+        from echo_rl.models.api import APIBackbone  # needed on this path only
 
         if ref.kind == "api":
             return APIBackbone(ref.model, provider=ref.provider, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
@@ -47,7 +47,7 @@ def load_backbone(name_or_path: str | Path | Backbone, config: BackboneConfig | 
         return APIBackbone(ref.model or cfg.model or "", provider=ref.provider, base_url=ref.url,
                            api_key_env=cfg.api_key_env, timeout=cfg.timeout, max_retries=cfg.max_retries,
                            requests_per_minute=cfg.requests_per_minute, prices=cfg.prices)
-    from echo_rl.models.local import LocalBackbone
+    from echo_rl.models.local import LocalBackbone  # keeps import echo_rl light: loaded on first use
 
     return LocalBackbone(ref.checkpoint(seed=cfg.tiny_seed), device=cfg.device, dtype=cfg.dtype,
                          name=None if ref.kind == "checkpoint" else name, max_context=cfg.max_context)

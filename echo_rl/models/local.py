@@ -155,8 +155,8 @@ class LocalBackbone(Backbone):
             gen.manual_seed(params.seed)
         else:
             gen.seed()
-        from echo_rl.engine.sampling import SamplingParams as TokenSampling
-        from echo_rl.engine.sampling import choose_token
+        from echo_rl.engine.sampling import SamplingParams as TokenSampling  # torch: loaded on first use
+        from echo_rl.engine.sampling import choose_token  # torch: loaded on first use
 
         # the engine's sampler (greedy below its MIN_TEMPERATURE, top-p): one way to pick a token everywhere
         token_params = TokenSampling(max_new_tokens=max_new, temperature=params.temperature, top_p=params.top_p)

@@ -51,7 +51,7 @@ class BackboneRef:
     def checkpoint(self, seed: int = 0) -> Path:
         """The checkpoint directory holding the weights (a tiny preset is built for ``seed`` on first use)."""
         if self.kind == "tiny":
-            from echo_rl.models.tiny import tiny_checkpoint
+            from echo_rl.models.tiny import tiny_checkpoint  # keeps import echo_rl light: loaded on first use
 
             return tiny_checkpoint(self.preset, seed=seed)
         if self.path is None:
@@ -78,7 +78,7 @@ def register_backbone(name: str, factory: Callable[[BackboneConfig], Backbone]) 
 
 def backbone_names() -> list[str]:
     """Named backbones (besides provider/model, URLs and checkpoint paths), registered ones last."""
-    from echo_rl.models.tiny import PRESETS
+    from echo_rl.models.tiny import PRESETS  # keeps import echo_rl light: loaded on first use
 
     return ["tiny", *[f"tiny:{p}" for p in PRESETS], *MODELS, *ALIASES, *sorted(_REGISTERED)]
 
@@ -91,7 +91,7 @@ def _allowed() -> str:
 def resolve_backbone(name: str, *, strict: bool = True) -> BackboneRef | None:
     """What ``name`` denotes (see the module doc); an unknown name raises a one-line ConfigError listing the
     allowed names, or with ``strict=False`` returns None (the caller says what it accepts)."""
-    from echo_rl.models.tiny import PRESETS
+    from echo_rl.models.tiny import PRESETS  # keeps import echo_rl light: loaded on first use
 
     name = str(name).strip()
     if not name:

@@ -60,10 +60,10 @@ def build_agent(agent: str, backbone: Backbone, task: str | None = None, **optio
         raise ConfigError(f"unknown agent {agent!r}; allowed: {', '.join(AGENT_NAMES)}")
     try:
         if agent == "tot":
-            from echo_rl.prompting.tot import TreeOfThoughtsAgent
+            from echo_rl.prompting.tot import TreeOfThoughtsAgent  # needed on this path only
 
             return TreeOfThoughtsAgent(backbone, task=task, **options)
-        from echo_rl.prompting.react import ReActAgent
+        from echo_rl.prompting.react import ReActAgent  # needed on this path only
 
         return ReActAgent(backbone, task=task, mode="act" if agent == "act" else "react", **options)
     except TypeError as exc:

@@ -39,7 +39,7 @@ VALUES = {"sure": 20.0, "likely": 1.0, "impossible": 0.001}
 LOOKAHEAD = ("auto", "snapshot", "replay", "none")
 def _has_snapshot(env: Any) -> bool:
     """The env implements snapshot()/restore() (cheap when ``supports_snapshot``, else e.g. by replay)."""
-    from echo_rl.environments.base import TextEnvironment
+    from echo_rl.environments.base import TextEnvironment  # gymnasium: loaded on first use
 
     if getattr(env, "supports_snapshot", False):
         return True

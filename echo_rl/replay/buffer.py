@@ -102,7 +102,7 @@ class PrioritizedReplayBuffer(PriorityRules, ExperienceAPI):
         """``config=ReplayConfig(...)`` (the product's form) takes the capacity and every sampling
         parameter from the config, as :meth:`from_config`; then pass none of them here."""
         if config is not None:
-            from echo_rl.config import ReplayConfig
+            from echo_rl.config import ReplayConfig  # needed on this path only
 
             if not isinstance(config, ReplayConfig):
                 raise TypeError(f"config must be a ReplayConfig, got {type(config).__name__}")

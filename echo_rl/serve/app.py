@@ -49,7 +49,7 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from echo_rl.serve.schemas import ChatCompletionRequest, CompletionRequest
+    from echo_rl.serve.schemas import ChatCompletionRequest, CompletionRequest  # pydantic: loaded on first use
 
     if not isinstance(backbone, LocalBackbone):
         raise ConfigError(f"echo-rl serve needs a local backbone (checkpoint path or tiny), got {backbone!r}")

@@ -35,7 +35,7 @@ class EngineHost:
     """Owns the engine and its loop thread; started on first use, stopped by :meth:`close`."""
 
     def __init__(self, backbone: Any, *, max_concurrent: int = 64) -> None:
-        from echo_rl.engine.engine import AsyncExecutionEngine
+        from echo_rl.engine.engine import AsyncExecutionEngine  # torch: loaded on first use
 
         cfg = ExecutionConfig(max_concurrent_rollouts=max_concurrent, timeout=ADMISSION_TIMEOUT_S,
                               max_context_length=backbone.max_context)

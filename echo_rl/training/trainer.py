@@ -67,7 +67,7 @@ class EchoRLTrainer:
     def __init__(self, config: TrainingConfig, run_dir: str | Path | None = None, resume: bool = False,
                  show_progress: bool = True):
         if config.num_learners > 1:
-            from echo_rl.distributed.data_parallel import check_config
+            from echo_rl.distributed.data_parallel import check_config  # needed on this path only
 
             check_config(config)
             if resume:
@@ -84,7 +84,7 @@ class EchoRLTrainer:
     async def train(self) -> TrainingMetrics:
         if self.config.num_learners > 1 and current_learner() is None:
             # spawn the data-parallel learners; learner 0 trains into this run directory
-            from echo_rl.distributed.data_parallel import run_learners
+            from echo_rl.distributed.data_parallel import run_learners  # needed on this path only
 
             # Ctrl-C reaches the learners (one process group): they agree to stop, checkpoint and return
             ignore = threading.current_thread() is threading.main_thread()

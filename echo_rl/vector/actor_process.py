@@ -28,7 +28,7 @@ START_TIMEOUT_S = 600.0  # how long the learner waits for one rollout (includes 
 
 
 def _collector(recipe: dict) -> VectorRolloutCollector:
-    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.environments.minigrid_vector import make_vector_env  # gymnasium, minigrid: loaded on first use
 
     envs = make_vector_env(recipe["task"], recipe["num_envs"], asynchronous=recipe["asynchronous"],
                            **recipe["env_config"])

@@ -38,7 +38,7 @@ def channels_first_space(space):
     """Reward modules read images (C, H, W): an HWC image space becomes its CHW twin, any other space is kept."""
     import gymnasium as gym
 
-    from echo_rl.models.encoders import image_layout
+    from echo_rl.models.encoders import image_layout  # gymnasium, minigrid: loaded on first use
 
     if len(space.shape) != 3 or not image_layout(tuple(space.shape))[3]:
         return space
@@ -51,7 +51,7 @@ def make_reward(name: str, config, observation_space, action_space, device) -> A
     image observations reach it channels-first."""
     observation_space = channels_first_space(observation_space)
     try:
-        from echo_rl.intrinsic import make_intrinsic_reward
+        from echo_rl.intrinsic import make_intrinsic_reward  # gymnasium: loaded on first use
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("echo_rl.intrinsic"):
             raise ConfigError(f"intrinsic_reward={name!r} needs the echo_rl.intrinsic package, which this install "
@@ -64,7 +64,7 @@ def make_reward(name: str, config, observation_space, action_space, device) -> A
 
 
 def make_mixer(module, config) -> Any:
-    from echo_rl.intrinsic.mixing import IntrinsicMixer
+    from echo_rl.intrinsic.mixing import IntrinsicMixer  # gymnasium: loaded on first use
 
     return IntrinsicMixer(module, config.intrinsic_beta, config.intrinsic_kappa, config.intrinsic_normalize)
 
@@ -142,7 +142,7 @@ class ModularAgent:
 
     def set_augmentation(self, augmentation) -> None:
         if isinstance(augmentation, str):
-            from echo_rl.models.augmentation import make_augmentation
+            from echo_rl.models.augmentation import make_augmentation  # gymnasium, minigrid: loaded on first use
 
             augmentation = make_augmentation(augmentation)
         if not callable(augmentation):

@@ -136,12 +136,12 @@ class VectorRolloutCollector:
         self.stats = EpisodeStats()
 
     def __getstate__(self) -> dict:
-        from echo_rl.environments.minigrid_vector import snapshot_vector_env
+        from echo_rl.environments.minigrid_vector import snapshot_vector_env  # gymnasium, minigrid: loaded on first use
 
         return {**self.__dict__, "envs": snapshot_vector_env(self.envs)}
 
     def __setstate__(self, state: dict) -> None:
-        from echo_rl.environments.minigrid_vector import restore_vector_env
+        from echo_rl.environments.minigrid_vector import restore_vector_env  # gymnasium, minigrid: loaded on first use
 
         self.__dict__.update(state)
         self.envs = restore_vector_env(state["envs"])
@@ -275,7 +275,7 @@ def flat_forward(network: torch.nn.Module) -> Callable:
     the network's structure once: build it again after modules are replaced (the agents build one per
     rollout and per update). Parameters updated in place are seen.
     """
-    from echo_rl.models.policies import ActorCritic
+    from echo_rl.models.policies import ActorCritic  # gymnasium, minigrid: loaded on first use
 
     if type(network) is not ActorCritic or _has_forward_hooks(network):
         return network
