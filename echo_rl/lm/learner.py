@@ -113,8 +113,9 @@ class LMLearner:
         self.objective = get_objective(self.config.objective)
         if self.objective.value_head:
             if planner is not None:  # the one place an objective's needs are checked against the run
-                raise ConfigError(f"lm_config.objective={self.config.objective!r} is invalid with the latent plan (the "
-                                  "value head needs the plain forward's hidden states): add --no-plan or use --agent ppo")
+                raise ConfigError(f"lm_config.objective={self.config.objective!r} is invalid with the latent plan "
+                                  "(the value head needs the plain forward's hidden states): add --no-plan or use "
+                                  "--agent ppo")
             self.value_head = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
         self.last_rows: dict[str, np.ndarray] = {}  # per-trajectory |advantage| and env CE of the last update
         self.optimizer = self.make_optimizer(self.config.learning_rate)

@@ -70,7 +70,8 @@ class EngineHost:
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
                        seed: int | None) -> Generated:
         """Submit one request to the shared engine and wait for it (a cancelled wait cancels the request)."""
-        from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError  # torch: with the engine, not on import
+        # torch: loaded with the engine, not on import
+        from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError
 
         loop = self._ensure_started()
         coro = self.engine.generate(prompt_ids, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,

@@ -172,7 +172,8 @@ def test_no_circles_between_packages_or_modules():
 
 def test_the_architecture_doc_states_the_measured_figures():
     text = DOC.read_text()
-    found = re.search(r"(\d+) packages,\s+(\d+) imports\s+between\s+them,\s+(\d+) running\s+back\s+up,\s+(\d+) circles", text)
+    found = re.search(r"(\d+) packages,\s+(\d+) imports\s+between\s+them,\s+(\d+) running\s+back\s+up,"
+                      r"\s+(\d+) circles", text)
     assert found, "docs/architecture.md lost its 'N packages, N imports between them, ...' line"
     stated = tuple(map(int, found.groups()))
     circles_now = len(MEASURED["package_circles"]) + len(MEASURED["module_circles"])
@@ -201,3 +202,26 @@ def test_the_check_finds_upward_imports_and_circles(tmp_path):
 def test_hub_apps_is_its_own_room_above_commands():
     assert room_of("echo_rl.hub.apps.ppo_minigrid") == "hub.apps" and room_of("echo_rl.hub.models") == "hub"
     assert FLOOR_OF["hub.apps"] > FLOOR_OF["commands"] > FLOOR_OF["hub"]
+
+
+def function_level_imports(root: Path = PKG) -> list[tuple[Path, int, str]]:
+    """(file, line, its text) of every echo_rl import inside a function, with the comment that gives its reason
+    (on its last line or the line above), or "" when it has none."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text().split("\n")
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("echo_rl") and not node.level:
+                    last, above = lines[node.end_lineno - 1], lines[node.lineno - 2].strip()
+                    reason = last.split("#", 1)[1] if "#" in last else above[1:] if above.startswith("#") else ""
+                    found.append((path, node.lineno, reason.strip()))
+    return sorted(set(found))
+
+
+def test_every_function_level_import_says_why():
+    """An import inside a function defers a heavy or optional dependency, and says which, beside it."""
+    silent = [f"{p.relative_to(PKG.parent)}:{line}" for p, line, reason in function_level_imports() if not reason]
+    assert not silent, "function-level imports without their reason:\n" + "\n".join(silent)
