@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from echo_rl.evaluation.records import CellStore
-from echo_rl.evaluation.statistics import wilson_interval
+from echo_rl.utils.statistics import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [str(Path(sys.executable).parent / "echo-rl"), "benchmark"]

@@ -176,7 +176,7 @@ def kv_bytes_per_token(model) -> int:
 
 def run_engine(model, system, obs, args):
     from echo_rl.core.async_execution import AsyncExecutionEngine, ExecutionConfig
-    from echo_rl.training.lm.session import EpisodeSession
+    from echo_rl.lm.session import EpisodeSession
 
     cfg = ExecutionConfig(max_concurrent_rollouts=len(obs), max_batch_tokens=args.max_batch_tokens,
                           kv_memory_budget_mb=args.kv_budget_mb)

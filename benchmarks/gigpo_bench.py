@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from echo_rl.environments.minigrid import ACTION_WORDS, MiniGridEnvironment
-from echo_rl.training.lm.batch import collate
-from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig
-from echo_rl.training.lm.policy import load_policy
-from echo_rl.training.lm.trajectory import TrajectoryBuilder, observation_text
+from echo_rl.lm.batch import collate
+from echo_rl.lm.chat_delta import ChatRenderer
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.lm.policy import load_policy
+from echo_rl.lm.trajectory import TrajectoryBuilder, observation_text
 
 
 def episodes(renderer: ChatRenderer, groups: int, size: int, turns: int, seed: int) -> list:

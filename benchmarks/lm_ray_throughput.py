@@ -14,7 +14,7 @@ import asyncio
 import torch
 
 from echo_rl.config import TrainingConfig
-from echo_rl.training.lm.loop import LMAgent
+from echo_rl.lm.loop import LMAgent
 
 
 def config(workers: int, actors: int, updates: int) -> TrainingConfig:

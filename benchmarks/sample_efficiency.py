@@ -31,7 +31,7 @@ Per cell: greedy-free (sampled) evaluation every ``--eval-every`` env steps on
 ``--eval-episodes`` fixed-seed episodes; "steps to 0.9" is the first evaluation
 at which success >= 0.9 (cells that never get there count as the budget, and
 the table also says how many did not). Aggregates: IQM over seeds x envs with
-95% stratified-bootstrap CIs (``echo_rl.evaluation.statistics``).
+95% stratified-bootstrap CIs (``echo_rl.utils.statistics``).
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def summarize(cells: list[dict], threshold: float = 0.9, reps: int = 50_000) -> 
     have different numbers of finished seeds only the first ``min`` seeds (by seed number) of each
     env enter the pooled row (the per-env rows use all of them).
     """
-    from echo_rl.evaluation.statistics import aggregate_iqm, stratified_bootstrap_ci
+    from echo_rl.utils.statistics import aggregate_iqm, stratified_bootstrap_ci
 
     rows = []
     for method in METHODS:

@@ -84,8 +84,8 @@ def task_env(args, split: str):
 
 def render_prompts(tokenizer, env, system: str) -> list[list[int]]:
     """The first-turn token ids of every task of ``env``, exactly as EchoRL's rollout worker builds them."""
-    from echo_rl.training.lm.chat_delta import ChatRenderer
-    from echo_rl.training.lm.trajectory import TrajectoryBuilder
+    from echo_rl.lm.chat_delta import ChatRenderer
+    from echo_rl.lm.trajectory import TrajectoryBuilder
 
     renderer, out = ChatRenderer(tokenizer), []
     for i in range(env.num_tasks):
@@ -97,7 +97,7 @@ def render_prompts(tokenizer, env, system: str) -> list[list[int]]:
 def system_prompt(env) -> str:
     """The system prompt EchoRL's rollout worker gives ``env``'s task (its turn protocol)."""
     from echo_rl.environments.reply_format import task_format
-    from echo_rl.training.lm.rollout import LM_INTRO
+    from echo_rl.lm.rollout import LM_INTRO
 
     return task_format("cruxeval", env).system_prompt(LM_INTRO)
 
@@ -113,7 +113,7 @@ def score(env, task_index: int, reply: str) -> float:
 @torch.inference_mode()
 def evaluate(model, tokenizer, env, prompts: list[list[int]], max_new_tokens: int, batch: int = 16) -> float:
     """Greedy success over every task of ``env`` (left-padded batches, stop at end of turn)."""
-    from echo_rl.training.lm.chat_delta import ChatRenderer
+    from echo_rl.lm.chat_delta import ChatRenderer
 
     stop = [ChatRenderer(tokenizer).turn_end([{"role": "user", "content": "x"}])[0], tokenizer.eos_token_id]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

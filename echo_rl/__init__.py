@@ -15,7 +15,7 @@ from echo_rl.config import (
 from echo_rl.environments import registry as _tasks  # noqa: E402,F401
 from echo_rl.models import api as _api_models, fetch as _fetched_models  # noqa: E402,F401
 from echo_rl.training import agents as _agents  # noqa: E402,F401
-from echo_rl.training.lm import objectives as _lm_objectives  # noqa: E402,F401
+from echo_rl.lm import objectives as _lm_objectives  # noqa: E402,F401
 from echo_rl.utils import tracking as _loggers  # noqa: E402,F401
 
 __version__ = "0.1.0"
@@ -25,7 +25,7 @@ _LAZY = {  # heavy modules (torch, the agents, the harness) load only when asked
     "EchoRLTrainer": "echo_rl.training.trainer",
     "BenchmarkConfig": "echo_rl.evaluation.benchmark",
     "EchoRLBenchmark": "echo_rl.evaluation.benchmark",
-    "load_policy": "echo_rl.export.loading",
+    "load_policy": "echo_rl.hub.models",  # hub names, run directories and exported files
 }
 
 

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        from echo_rl.plugins import load_plugins
+        from echo_rl.plugins import load_plugins  # needed on this path only
 
         load_plugins(args.plugin)  # user registrations before any name is checked
         return int(args._run(args) or 0)

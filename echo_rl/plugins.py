@@ -2,7 +2,7 @@
 
 A user's own task (``register_text_env``), backbone (``echo_rl.models.register_backbone``), vector
 agent (``echo_rl.training.agents.register_agent``), LM objective
-(``echo_rl.training.lm.objectives.register_lm_objective``) or baseline
+(``echo_rl.lm.objectives.register_lm_objective``) or baseline
 (``echo_rl.evaluation.methods.register_baseline`` / ``register_trained``) is registered by importing
 their module (worked examples: ``examples/extending/``). In Python, importing it is enough; the CLI
 runs in a new process, so it imports, before parsing anything:

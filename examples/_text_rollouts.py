@@ -63,7 +63,7 @@ def run_rollout(model: Any, tok: Any, config: Any, task: str, episodes: int, max
                 max_new_tokens: int) -> dict[str, Any]:
     """Run ``episodes`` concurrent episodes; returns the engine snapshot, per-turn rows, tracker history, tokens."""
     from echo_rl.core.async_execution import AsyncExecutionEngine
-    from echo_rl.training.lm.session import EpisodeSessions
+    from echo_rl.lm.session import EpisodeSessions
 
     async def main() -> dict[str, Any]:
         turns: list[dict] = []

@@ -1,9 +1,11 @@
-"""Prompting baselines over any backbone and any text environment: ReAct (and Act-only) and Tree of Thoughts."""
+"""The promised import path of the prompting baselines; they live in :mod:`echo_rl.prompting`.
 
-from echo_rl.agents.base import EpisodeResult, TextAgent
-from echo_rl.agents.react import ReActAgent
-from echo_rl.agents.runner import AGENT_NAMES, build_agent, evaluate_text_agent
-from echo_rl.agents.tot import TreeOfThoughtsAgent
+"Agent" names the RL agents elsewhere (:mod:`echo_rl.vector`, :mod:`echo_rl.lm`),
+so the prompting baselines have their own room; this path keeps user code working.
+"""
+
+from echo_rl.prompting import (AGENT_NAMES, EpisodeResult, ReActAgent, TextAgent, TreeOfThoughtsAgent, build_agent,
+                               evaluate_text_agent)
 
 __all__ = ["AGENT_NAMES", "EpisodeResult", "ReActAgent", "TextAgent", "TreeOfThoughtsAgent", "build_agent",
            "evaluate_text_agent"]

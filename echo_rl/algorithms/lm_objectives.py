@@ -1,9 +1,9 @@
-"""The built-in LM objectives as losses of :class:`~echo_rl.training.lm.objectives.ObjectiveInputs`.
+"""The built-in LM objectives as losses of :class:`~echo_rl.lm.objectives.ObjectiveInputs`.
 
 Each is a thin, pure adapter from the learner's batch to the loss functions of this package
 (:func:`~echo_rl.algorithms.echo_loss.echo_loss_from_logprobs`,
 :func:`~echo_rl.algorithms.ppo_rlhf.ppo_rlhf_loss`); the registry
-(:mod:`echo_rl.training.lm.objectives`) names them ``grpo``, ``ppo-rlhf`` and ``gigpo`` (GRPO's loss on
+(:mod:`echo_rl.lm.objectives`) names them ``grpo``, ``ppo-rlhf`` and ``gigpo`` (GRPO's loss on
 :func:`gigpo_step_advantages`).
 """
 

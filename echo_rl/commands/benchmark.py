@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace):
-    from echo_rl.evaluation.benchmark import BenchmarkConfig
+    from echo_rl.evaluation.benchmark import BenchmarkConfig  # scipy: loaded on first use
 
     base = BenchmarkConfig.load_yaml(args.config) if args.config else BenchmarkConfig()
     data = base.to_dict()
@@ -94,7 +94,7 @@ def build_config(args: argparse.Namespace):
 
 
 def list_methods(out=sys.stdout) -> None:
-    from echo_rl.evaluation.methods import get_method, method_names
+    from echo_rl.evaluation.methods import get_method, method_names  # scipy: loaded on first use
 
     for name in method_names():
         m = get_method(name)
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         list_methods()
         return 0
     config = build_config(args)
-    from echo_rl.evaluation.benchmark import EchoRLBenchmark
+    from echo_rl.evaluation.benchmark import EchoRLBenchmark  # scipy: loaded on first use
 
     bench = EchoRLBenchmark(config, progress=None if args.quiet else lambda m: print(m, file=sys.stderr, flush=True))
     summary = asyncio.run(bench.run_benchmark())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from echo_rl.config import ConfigError
+from echo_rl.environments import datasets
 
 NAME = "env-data"
 HELP = "show where each text task's data is looked for and whether it is there; --download NAME fetches it"
@@ -17,8 +18,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_rl.environments import datasets
-
     if args.download:
         if args.download not in (*datasets.SOURCES, "webshop"):
             raise ConfigError(f"--download={args.download!r} is invalid: allowed: "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, parse_override
 
 NAME = "eval"
 HELP = "evaluate a trained run's last checkpoint, or a prompting agent with a backbone on a text task"
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                               "their backbone's own settings")
         if not (args.agent and args.backbone):
             raise ConfigError("text-task evaluation needs --agent (react, act, tot) and --backbone")
-        from echo_rl.agents.runner import DEFAULT_CONCURRENCY, evaluate_text_agent
+        from echo_rl.prompting.runner import DEFAULT_CONCURRENCY, evaluate_text_agent  # scipy: loaded on first use
 
         results = evaluate_text_agent(task=args.task, agent=args.agent, backbone=args.backbone,
                                       episodes=args.episodes or 10, seed=args.seed or 0, max_steps=args.max_steps,
@@ -77,7 +77,8 @@ def _env_options(items: list[str]) -> dict:
 
 
 def _eval_run(args: argparse.Namespace) -> dict:
-    from echo_rl.training.run_dir import RunDirectory
+    from echo_rl.training.run_dir import RunDirectory  # torch: loaded on first use
+    # torch, gymnasium, minigrid: loaded on first use
     from echo_rl.training.trainer import EchoRLTrainer, resolve_device
 
     config = RunDirectory.config_of(args.run_dir, flag="--run-dir")

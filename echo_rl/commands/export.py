@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from echo_rl.export.runs import run_config
+    from echo_rl.export.runs import run_config  # torch: loaded on first use
 
     torch.set_num_threads(1)  # networks this small run batch-of-a-few inference faster on one thread
 
@@ -38,14 +38,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--format {fmt!r} is invalid for a language-model run: allowed: transformers")
         if args.quantize:
             raise ConfigError("--quantize applies to vector policies; a transformers export keeps the run's weights")
-        from echo_rl.export.lm import export_lm_run
+        from echo_rl.export.lm import export_lm_run  # torch: loaded on first use
 
         path, info = export_lm_run(args.run_dir, args.out)
         print(f"exported: {path} (transformers, backbone {info['backbone']}, {info['checkpoint']}); "
               f"serve it with: echo-rl serve --backbone {path}")
         return 0
-    from echo_rl.export.parity import check_parity
-    from echo_rl.export.vector import check_format, export_vector_run
+    from echo_rl.export.parity import check_parity  # torch: loaded on first use
+    from echo_rl.export.vector import check_format, export_vector_run  # torch: loaded on first use
 
     check_format(fmt, args.quantize)
     path, meta = export_vector_run(args.run_dir, fmt, args.out, args.quantize)

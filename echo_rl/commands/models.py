@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from echo_rl.config import ConfigError
+from echo_rl.models.fetch import fetch, list_models, lookup, model_dir
+
 NAME = "models"
 HELP = "list or fetch pretrained models usable as backbones (e.g. smollm2-135m)"
 
@@ -22,9 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_rl.config import ConfigError
-    from echo_rl.models.fetch import fetch, list_models, lookup, model_dir
-
     if args.models_command == "list":
         rows = list_models()
         if args.json:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from echo_rl.config import ConfigError
+from echo_rl.utils.monitoring import JsonlLogger
+
 NAME = "replay-server"
 HELP = "serve a prioritized replay buffer to many writers (shared memory / TCP) and remote learners"
 
@@ -77,8 +80,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _parse_leaf(text: str):
     import numpy as np
 
-    from echo_rl.config import ConfigError
-
     parts = text.split(":")
     if len(parts) != 3 or not parts[0]:
         raise ConfigError(f"--leaf={text!r} is invalid: expected NAME:DTYPE:SHAPE (e.g. obs:float32:84)")
@@ -97,8 +98,7 @@ def _parse_leaf(text: str):
 def build_schema(args):
     import json
 
-    from echo_rl.config import ConfigError
-    from echo_rl.replay.schema import Schema
+    from echo_rl.replay.schema import Schema  # numpy: loaded on first use
 
     if bool(args.leaf) == bool(args.schema_json):
         raise ConfigError("give the sample schema either as --leaf NAME:DTYPE:SHAPE (repeated) or --schema-json FILE")
@@ -116,8 +116,7 @@ def build_schema(args):
 
 def _read_secret(path):
     """The shared secret from --secret-file (one trailing newline stripped) or $ECHORL_REPLAY_SECRET; never printed."""
-    from echo_rl.config import ConfigError
-    from echo_rl.distributed.protocol import secret_from_env
+    from echo_rl.distributed.protocol import secret_from_env  # numpy: loaded on first use
 
     if path is None:
         return secret_from_env()
@@ -135,10 +134,8 @@ def _read_secret(path):
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from echo_rl.config import ConfigError
-    from echo_rl.distributed import ReplayServer
-    from echo_rl.replay import PrioritizedReplayBuffer
-    from echo_rl.utils.monitoring import JsonlLogger
+    from echo_rl.distributed import ReplayServer  # numpy: loaded on first use
+    from echo_rl.replay import PrioritizedReplayBuffer  # numpy: loaded on first use
 
     for dest, value in vars(args).items():
         if isinstance(value, _Invalid):
@@ -167,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--checkpoint-every={args.checkpoint_every} is invalid: must be > 0")
     limiter = None
     if args.samples_per_insert is not None:
-        from echo_rl.replay import RateLimiter
+        from echo_rl.replay import RateLimiter  # numpy: loaded on first use
 
         try:
             limiter = RateLimiter.sample_to_insert_ratio(args.samples_per_insert, args.min_experiences,

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         if not Path(d).is_dir():
             raise ConfigError(f"RUN_DIR {d} does not exist")
     if args.against:
-        from echo_rl.hub.compare import compare, format_comparison
+        from echo_rl.hub.compare import compare, format_comparison  # numpy: loaded on first use
 
         result = compare(args.run_dir, args.against, args.metric, reps=args.reps or 20_000)
         print(format_comparison(result))
@@ -44,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--metric and --output go with --against hub:STUDY/METHOD")
     if len(args.run_dir) != 1:
         raise ConfigError("give one benchmark RUN_DIR (several are compared only with --against)")
-    from echo_rl.evaluation.report import write_report
+    from echo_rl.evaluation.benchmark import load_run  # scipy: loaded on first use
+    from echo_rl.evaluation.report import write_report  # scipy: loaded on first use
 
-    written = write_report(args.run_dir[0], plots=not args.no_plots, reps=args.reps)
+    written = write_report(args.run_dir[0], *load_run(args.run_dir[0]), plots=not args.no_plots, reps=args.reps)
     print(f"report: {written['report']}")
     for p in written.get("plots", []):
         print(f"plot: {p}")

@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from echo_rl.config import ConfigError
+from echo_rl.models import load_backbone
+from echo_rl.models.local import LocalBackbone, check_checkpoint_dir
+from echo_rl.models.resolve import resolve_backbone
+from echo_rl.serve import ModelServer, create_app
+
 NAME = "serve"
 HELP = "serve a local backbone (checkpoint path or tiny preset) behind an OpenAI-compatible HTTP API"
 
@@ -30,11 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_rl.config import ConfigError
-    from echo_rl.models import load_backbone
-    from echo_rl.models.local import LocalBackbone
-    from echo_rl.serve import ModelServer, create_app
-
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port={args.port} is invalid: must be in [0, 65535]")
     if args.default_max_tokens < 1:
@@ -45,8 +46,6 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    from echo_rl.models.local import check_checkpoint_dir
-    from echo_rl.models.resolve import resolve_backbone
 
     if args.run_dir is not None:
         args.backbone = str(current_export(Path(args.run_dir)))
@@ -76,10 +75,9 @@ def current_export(run_dir: Path) -> Path:
     """The run's transformers export of its newest checkpoint, written now unless an earlier one is current."""
     import json
 
-    from echo_rl.config import ConfigError
-    from echo_rl.export.lm import INFO_FILE, export_lm_run
-    from echo_rl.export.runs import run_config
-    from echo_rl.training.run_dir import RunDirectory
+    from echo_rl.export.lm import INFO_FILE, export_lm_run  # torch: loaded on first use
+    from echo_rl.export.runs import run_config  # torch: loaded on first use
+    from echo_rl.training.run_dir import RunDirectory  # torch: loaded on first use
 
     if not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} does not exist")

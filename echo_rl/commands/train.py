@@ -76,7 +76,7 @@ def build_config(args: argparse.Namespace) -> TrainingConfig:
         if extra:
             raise ConfigError(f"--resume continues the saved config; only the budget (--timesteps, --set "
                               f"lm_config.max_updates) and --set keep_checkpoints may change, got {', '.join(extra)}")
-        from echo_rl.training.run_dir import RunDirectory
+        from echo_rl.training.run_dir import RunDirectory  # torch: loaded on first use
 
         config = RunDirectory.config_of(args.run_dir)
     else:
@@ -93,7 +93,7 @@ def build_config(args: argparse.Namespace) -> TrainingConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(args)
-    from echo_rl.training.trainer import EchoRLTrainer
+    from echo_rl.training.trainer import EchoRLTrainer  # torch, gymnasium, minigrid: loaded on first use
 
     trainer = EchoRLTrainer(config, run_dir=args.run_dir, resume=args.resume, show_progress=not args.no_progress)
     metrics = asyncio.run(trainer.train())

@@ -94,7 +94,7 @@ class ReplayConfig(ConfigBase):
 
 @dataclass
 class DQNConfig(ConfigBase):
-    """The dqn agent's learner (``echo_rl.training.dqn_agent``), CleanRL's dqn.py knobs.
+    """The dqn agent's learner (``echo_rl.vector.dqn_agent``), CleanRL's dqn.py knobs.
 
     ``TrainingConfig.learning_starts`` and the replay's ``min_experiences`` gate the first update;
     ``TrainingConfig.train_frequency`` / ``batch_size`` only set how many env steps one trainer iteration
@@ -137,7 +137,7 @@ class BandwidthConfig(ConfigBase):
 
 @dataclass
 class EchoAgentConfig(ConfigBase):
-    """The EchoRL vector agent's parts (``echo_rl.training.echo_agent``); each one can be switched off.
+    """The EchoRL vector agent's parts (``echo_rl.vector.echo``); each one can be switched off.
 
     The V-trace clip thresholds are also what the IMPALA baseline uses.
     """
@@ -191,7 +191,7 @@ class ExecutionConfig(ConfigBase):
 
 @dataclass
 class LMConfig(ConfigBase):
-    """Language-model agents on text tasks (``echo_rl.training.lm``; guide: docs/lm_training.md).
+    """Language-model agents on text tasks (``echo_rl.lm``; guide: docs/lm_training.md).
 
     On a text task ``--agent ppo`` trains GRPO (PPO's clipped ratio with group-relative
     advantages, no critic) and ``--agent echo-rl`` adds the ECHO env-output CE
@@ -224,7 +224,19 @@ class LMConfig(ConfigBase):
                               choices=("float32", "bfloat16"))
     learner_token_budget: int = spec(8192, help="tokens (rows x padded length) per learner forward pass; a larger "
                                                 "batch runs as micro-batches with the same gradient", min=1)
+    learner_chunk_tokens: int = spec(1024, help="positions per LM-head chunk in the learner (no [B, L, V] logits "
+                                                "tensor is built); smaller saves memory, same log-probs", min=1)
     clip: float = spec(0.2, help="PPO/GRPO ratio clip epsilon (both sides)", gt=0)
+    advantage_scale: str = spec("std", help="grpo: group advantages divided by the group's std, or none "
+                                            "(Dr. GRPO: centred only)", choices=("std", "none"))
+    pg_reduction: str = spec("token_mean", help="policy-gradient loss averaged over every action token of the "
+                                                "batch, or per episode then over episodes",
+                             choices=("token_mean", "sequence_mean"))
+    ce_target: str = spec("env_only", help="echo-rl: tokens the env-output CE predicts",
+                          choices=("env_only", "warning_only", "warning_plus_env"))
+    ce_normalization: str = spec("sequence", help="echo-rl: env-output CE divided per episode by its env-output "
+                                                  "length |O|, or averaged over every target token",
+                                 choices=("sequence", "token_mean"))
     max_grad_norm: float = spec(1.0, help="gradient-norm clip of the language model", gt=0)
     max_staleness: int = spec(1, help="policy versions a trajectory may lag behind the learner", min=0)
     kl_coef: float = spec(0.0, help="weight of the k3 KL to the policy the RL phase started from (after SFT); "

@@ -18,7 +18,7 @@ NAME_RULES: dict[str, str] = {
     "default_backbone": "default_backbone() -> (name, None or how to fetch it): text tasks' default backbone "
                         "(echo_rl.models.fetch)",
     "api_backbone": "api_backbone(name) -> bool: an API model, which has no weights to train (echo_rl.models.api)",
-    "lm_objective": "lm_objective() -> names: the registered LM objectives (echo_rl.training.lm.objectives)",
+    "lm_objective": "lm_objective() -> names: the registered LM objectives (echo_rl.lm.objectives)",
 }
 _name_rules: dict[str, Callable[..., Any]] = {}
 

@@ -138,7 +138,7 @@ class TrainingConfig(ConfigBase):
         objectives = name_rule("lm_objective")()
         if self.lm_config.objective not in objectives:
             self.lm_config._fail("objective", self.lm_config.objective, f"allowed: {', '.join(objectives)} (register "
-                                 f"your own with echo_rl.training.lm.objectives.register_lm_objective)")
+                                 f"your own with echo_rl.lm.objectives.register_lm_objective)")
         if self.backbone is None:  # the registered pretrained model is the default, once fetched
             default, fetch_hint = name_rule("default_backbone")()
             if fetch_hint is not None:

@@ -11,7 +11,7 @@ from echo_rl.engine.cache_sizing import KVCacheManager, cache_capacity_tokens
 from echo_rl.engine.engine import AsyncExecutionEngine, ContextLengthError, EngineClosedError, GenerationResult
 from echo_rl.engine.sampling import SamplingParams
 from echo_rl.engine.vllm_backend import VLLMExecutionEngine
-from echo_rl.training.lm.session import EpisodeSession  # episode histories are the generator's (training)
+from echo_rl.lm.session import EpisodeSession  # episode histories are the generator's (training)
 
 __all__ = ["AsyncExecutionEngine", "ContextLengthError", "EngineClosedError", "EpisodeSession",
            "ExecutionConfig", "GenerationResult", "KVCacheManager", "SamplingParams",

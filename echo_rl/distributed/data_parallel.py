@@ -30,17 +30,10 @@ import torch
 import torch.distributed as dist
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.distributed.learner_rank import current, set_current  # noqa: F401 - current: importable here too
 
 #: agents whose learner is data-parallel (the others refuse num_learners > 1)
 DATA_PARALLEL_AGENTS = ("ppo",)
-
-_CURRENT: "DataParallel | None" = None
-
-
-def current() -> "DataParallel | None":
-    """This process's learner when it is one of several (set by :func:`init_learner`), else None."""
-    return _CURRENT
-
 
 @dataclass
 class DataParallel:
@@ -138,7 +131,6 @@ def free_port() -> int:
 def init_learner(rank: int, world_size: int, config: TrainingConfig, port: int,
                  addr: str = "127.0.0.1") -> DataParallel:
     """Join the process group (gloo, or NCCL on CUDA) and make this process learner ``rank``."""
-    global _CURRENT
     os.environ.setdefault("MASTER_ADDR", addr)
     os.environ["MASTER_PORT"] = str(port)
     cuda = config.device.startswith("cuda")
@@ -147,13 +139,13 @@ def init_learner(rank: int, world_size: int, config: TrainingConfig, port: int,
         torch.cuda.set_device(torch.device(config.device))
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}",
                             rank=rank, world_size=world_size)
-    _CURRENT = DataParallel(rank, world_size, config)
-    return _CURRENT
+    learner = DataParallel(rank, world_size, config)
+    set_current(learner)
+    return learner
 
 
 def shutdown_learner() -> None:
-    global _CURRENT
-    _CURRENT = None
+    set_current(None)
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -11,6 +11,12 @@ from echo_rl.utils.optional import require
 log = logging.getLogger("echo_rl.ray_backend")
 
 LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
+ENVS_PER_WORKER = 8  # workers when ray_num_workers is None: num_actors // 8 (at least 1)
+
+
+def default_num_workers(config: TrainingConfig) -> int:
+    """Ray workers of a run: ``ray_num_workers``, else one per 8 actors (the vector and LM backends share it)."""
+    return config.ray_num_workers or max(1, config.num_actors // ENVS_PER_WORKER)
 
 
 def _ray():

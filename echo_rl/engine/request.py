@@ -5,7 +5,7 @@ and :class:`~echo_rl.engine.vllm_backend.VLLMExecutionEngine`) take the same
 ``generate`` arguments, refuse bad ones with the same one-line errors before
 anything is queued, and return the same :class:`GenerationResult`. The
 engine keeps no episode state: a multi-turn history is the caller's
-(:class:`~echo_rl.training.lm.session.EpisodeSession` on the training side).
+(:class:`~echo_rl.lm.session.EpisodeSession` on the training side).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 import torch
 
-from echo_rl.models.backbone import ContextLengthError
+from echo_rl.engine.errors import ContextLengthError
 
 if TYPE_CHECKING:
     from echo_rl.engine.model_runner import SequenceKV
@@ -106,12 +106,12 @@ class EngineFrontend:
 
         ``priority`` is r in the bandwidth-aware admission priority r / (b_eff + q + eps)
         (``generate``'s ``reward_estimate``). The engine keeps no episodes: a multi-turn history
-        accumulates in :class:`echo_rl.training.lm.session.EpisodeSessions`, whose
+        accumulates in :class:`echo_rl.lm.session.EpisodeSessions`, whose
         ``submit_rollout(episode_id, new_token_ids)`` is the episode form.
         """
         if episode:
             raise TypeError("submit_rollout takes either state_sequence= (one window, here) or (episode_id, "
-                            "new_token_ids) on echo_rl.training.lm.session.EpisodeSessions(engine), not both")
+                            "new_token_ids) on echo_rl.lm.session.EpisodeSessions(engine), not both")
         if state_sequence is None:
             raise TypeError("submit_rollout needs state_sequence= (the token window to act on)")
         if priority is not None:

@@ -37,9 +37,8 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from echo_rl.config import ConfigError
-from echo_rl.environments.registry import gym_task
-
-ATARI_EXTRA = "pip install 'echo-rl[atari]'"
+from echo_rl.environments.registry import atari_id, gym_task, import_ale
+from echo_rl.environments.sync_vector import vector_env
 
 
 class Snapshotting(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -95,20 +94,6 @@ def make_minigrid_pixels(env_id: str, tile_size: int = 8, **kwargs) -> gym.Env:
     return ImgObsWrapper(RGBImgPartialObsWrapper(_make(env_id, **kwargs), tile_size=tile_size))
 
 
-def import_ale():
-    try:
-        import ale_py
-    except ImportError:
-        raise ConfigError(f"Atari tasks need ale-py: {ATARI_EXTRA}") from None
-    gym.register_envs(ale_py)
-    return ale_py
-
-
-def atari_id(game: str) -> str:
-    """``Pong`` -> ``ALE/Pong-v5``; a full id is kept."""
-    return game if "/" in game or game.endswith(("-v4", "-v5")) else f"ALE/{game}-v5"
-
-
 def make_atari(env_id: str, frame_stack: int = 4, noop_max: int = 30, screen_size: int = 84,
                repeat_action_probability: float = 0.0, **kwargs) -> gym.Env:
     """The Mnih et al. 2015 preprocessing (the ALE env itself skips no frames; AtariPreprocessing does)."""
@@ -129,7 +114,7 @@ def make_gym_env(task: str, **env_kwargs) -> gym.Env:
     if family == "minigrid-pixels":
         env = make_minigrid_pixels(env_id, **env_kwargs)
     elif family in ("dmc", "dmc-pixels"):
-        from echo_rl.environments.dmc import make_dmc_env
+        from echo_rl.environments.dmc import make_dmc_env  # needed on this path only
 
         env = make_dmc_env(env_id, pixels=family == "dmc-pixels", **env_kwargs)
     elif family == "atari":
@@ -147,12 +132,10 @@ def make_gym_env(task: str, **env_kwargs) -> gym.Env:
 
 def make_gym_vector_env(task: str, num_envs: int, asynchronous: bool = False, **env_kwargs) -> VectorEnv:
     """``num_envs`` copies of a gymnasium task, vectorised like MiniGrid's (``minigrid_vector.make_vector_env``)."""
-    from echo_rl.environments.minigrid_vector import _vector_env
-
     if asynchronous:  # a bad task or env_config fails here in one line, not in a worker process
         make_gym_env(task, **env_kwargs).close()
     factory = functools.partial(make_gym_env, task, **env_kwargs)
-    return _vector_env([factory] * num_envs, asynchronous)
+    return vector_env([factory] * num_envs, asynchronous)
 
 
 __all__ = ["ClipToBounds", "Snapshotting", "atari_id", "make_atari", "make_gym_env", "make_gym_vector_env", "make_minigrid_pixels"]

@@ -13,7 +13,7 @@ caller then keeps a signed pickle instead (``echo_rl.training.state_codec``).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -197,11 +197,10 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def restore_minigrid(snap: dict):
-    """The env a :func:`minigrid_snapshot` describes; the env id must be a registered MiniGrid/BabyAI id."""
+def restore_minigrid(snap: dict, make_minigrid_env: Callable[..., Any]):
+    """The env a :func:`minigrid_snapshot` describes, rebuilt by ``make_minigrid_env(env_id, fast_obs=, **kwargs)``
+    (``minigrid_vector``'s, which calls this module); the env id must be a registered MiniGrid/BabyAI id."""
     from minigrid.core.grid import Grid
-
-    from echo_rl.environments.minigrid_vector import make_minigrid_env
 
     if snap.get("format") != FORMAT:
         raise ValueError(f"env snapshot format {snap.get('format')!r} is not {FORMAT!r}")

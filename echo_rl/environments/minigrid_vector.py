@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 from echo_rl.config import ConfigError
 from echo_rl.environments.minigrid_fast_obs import install_fast_obs
+from echo_rl.environments.minigrid_state import minigrid_snapshot, restore_minigrid
 from echo_rl.environments.registry import check_task_name, gym_task, minigrid_id
-from echo_rl.environments.sync_vector import SameStepSyncVectorEnv
+from echo_rl.environments.sync_vector import vector_env
 
 # Words that occur in MiniGrid / BabyAI missions; anything else maps to the last slot.
 MISSION_VOCAB = (
@@ -75,8 +76,6 @@ class FlatMiniGridObs(gym.ObservationWrapper):
     def snapshot(self) -> dict:
         """The env mid-episode (grid, agent, RNG) as plain JSON data (``minigrid_state``): how checkpoints carry
         envs. Levels with state that format does not hold are pickled; the checkpoint writer then signs them."""
-        from echo_rl.environments.minigrid_state import minigrid_snapshot
-
         snap = minigrid_snapshot(self)
         if snap is not None:
             return snap
@@ -135,17 +134,11 @@ def make_vector_env(task: str, num_envs: int, asynchronous: bool = False, **env_
     :mod:`echo_rl.environments.gym_vector` the same way.
     """
     if gym_task(task) is not None:
-        from echo_rl.environments.gym_vector import make_gym_vector_env
+        from echo_rl.environments.gym_vector import make_gym_vector_env  # needed on this path only
 
         return make_gym_vector_env(task, num_envs, asynchronous, **env_kwargs)
     factory = functools.partial(make_minigrid_env, task, **env_kwargs)  # picklable, unlike a lambda
-    return _vector_env([factory] * num_envs, asynchronous)
-
-
-def _vector_env(env_fns: list, asynchronous: bool) -> VectorEnv:
-    if asynchronous:
-        return AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, shared_memory=True)
-    return SameStepSyncVectorEnv(env_fns)
+    return vector_env([factory] * num_envs, asynchronous)
 
 
 def snapshot_vector_env(envs: VectorEnv) -> dict:
@@ -155,13 +148,10 @@ def snapshot_vector_env(envs: VectorEnv) -> dict:
 
 def restore_env(snapshot: dict) -> gym.Env:
     """One env from its snapshot. A ``pickle`` snapshot's blob is unpickled only when it is ``Signed``: made by
-    this process or read from a checkpoint whose signature matched (``echo_rl.training.state_codec.loads``)."""
-    from echo_rl.environments.minigrid_state import restore_minigrid
-    from echo_rl.training.state_codec import loads
-
+    this process or read from a checkpoint whose signature matched (``state_codec.loads``)."""
     if snapshot.get("format") == "pickle":
         return loads(snapshot.get("blob"), "an env snapshot's blob")
-    return restore_minigrid(snapshot)
+    return restore_minigrid(snapshot, make_minigrid_env)
 
 
 def restore_vector_env(snapshot: dict) -> VectorEnv:
@@ -171,4 +161,4 @@ def restore_vector_env(snapshot: dict) -> VectorEnv:
         raise ValueError("vector env snapshot entries must be env snapshots")
     restore_env(snapshot["envs"][0]).close()  # a bad snapshot fails here, not in a worker process
     fns = [functools.partial(restore_env, s) for s in snapshot["envs"]]
-    return _vector_env(fns, bool(snapshot["asynchronous"]))
+    return vector_env(fns, bool(snapshot["asynchronous"]))

@@ -46,6 +46,7 @@ CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1",
 
 REGISTER_HINT = "register your own with echo_rl.environments.registry.register_text_env(name, factory)"
 ANCHOR_STATES = ("observation", "state_key")  # TaskSpec.anchor_state: the observation text or info["state_key"]
+ATARI_EXTRA = "pip install 'echo-rl[atari]'"
 
 
 @dataclass(frozen=True)
@@ -212,17 +213,32 @@ def gym_task(task: str) -> tuple[str, str] | None:
     return None
 
 
+def import_ale():
+    """ale-py's Atari envs registered with gymnasium (a one-line error naming the extra when it is missing)."""
+    import gymnasium as gym
+
+    try:
+        import ale_py
+    except ImportError:
+        raise ConfigError(f"Atari tasks need ale-py: {ATARI_EXTRA}") from None
+    gym.register_envs(ale_py)
+    return ale_py
+
+
+def atari_id(game: str) -> str:
+    """``Pong`` -> ``ALE/Pong-v5``; a full id is kept."""
+    return game if "/" in game or game.endswith(("-v4", "-v5")) else f"ALE/{game}-v5"
+
+
 def _check_gym_task(task: str, family: str, env_id: str) -> None:
     import gymnasium as gym
 
     if family in ("dmc", "dmc-pixels"):
-        from echo_rl.environments.dmc import check_name
+        from echo_rl.environments.dmc import check_name  # gymnasium: loaded on first use
 
         check_name(env_id, family)
         return
     if family == "atari":
-        from echo_rl.environments.gym_vector import atari_id, import_ale
-
         import_ale()
         env_id = atari_id(env_id)
     ids = minigrid_env_ids() if family == "minigrid-pixels" else sorted(gym.registry)

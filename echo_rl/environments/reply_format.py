@@ -159,7 +159,7 @@ def task_format(task: str | None, env: Any = None) -> TaskFormat:
 
     The one lookup of a task's turn protocol: prompting agents, LM rollouts and SFT all call it.
     """
-    from echo_rl.environments.registry import find_task_spec
+    from echo_rl.environments.registry import find_task_spec  # the registry imports this module: at call time
 
     spec = find_task_spec(task)
     if spec is None:

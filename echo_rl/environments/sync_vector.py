@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 
 class SameStepSyncVectorEnv(SyncVectorEnv):
@@ -42,3 +42,11 @@ class SameStepSyncVectorEnv(SyncVectorEnv):
                 infos = self._add_info(infos, env_info, i)
         self._autoreset_envs = np.logical_or(terminations, truncations)
         return (obs.copy() if self.copy else obs, rewards.copy(), terminations.copy(), truncations.copy(), infos)
+
+
+def vector_env(env_fns: list, asynchronous: bool) -> VectorEnv:
+    """The envs of ``env_fns`` stepped together: in worker processes (``asynchronous``) or in process, both with
+    same-step autoreset, so every vector task (MiniGrid, gymnasium, DMC) is vectorised alike."""
+    if asynchronous:
+        return AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, shared_memory=True)
+    return SameStepSyncVectorEnv(env_fns)

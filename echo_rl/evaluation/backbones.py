@@ -10,23 +10,20 @@ the environment's hand-coded expert answering through the backbone protocol
 from __future__ import annotations
 
 from echo_rl.config import ConfigError
+from echo_rl.models import backbone_names
+from echo_rl.models.api import PROVIDERS
+from echo_rl.models.resolve import REGISTER_HINT, resolve_backbone
 
 EXPERT_BACKBONE = "expert"
 
 
 def known_backbones() -> list[str]:
-    from echo_rl.models import backbone_names
-
     return [*backbone_names(), EXPERT_BACKBONE]
 
 
 def check_backbone_name(name: str) -> None:
     """One-line ConfigError unless ``name`` is ``expert`` or a name :func:`~echo_rl.models.resolve.resolve_backbone`
     knows (a registered model not fetched here fails now, naming the fetch command)."""
-    from echo_rl.models.api import PROVIDERS
-    from echo_rl.models.loader import REGISTER_HINT
-    from echo_rl.models.resolve import resolve_backbone
-
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"backbone name {name!r} is invalid: must be a non-empty string")
     if name == EXPERT_BACKBONE or resolve_backbone(name, strict=False) is not None:

@@ -17,11 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from echo_rl.config import ConfigBase, ConfigError, spec
+from echo_rl.config import ConfigBase, ConfigError, TrainingConfig, spec
+from echo_rl.config.base import load_yaml_text
+from echo_rl.environments.registry import check_task_name
 from echo_rl.evaluation import methods as _methods
 from echo_rl.evaluation.backbones import check_backbone_name
 from echo_rl.evaluation.metrics import cell_metrics
 from echo_rl.evaluation.records import NO_BACKBONE, Cell, CellStore, episodes_to_dicts, fingerprint
+from echo_rl.evaluation.report import write_report
+from echo_rl.models.config import BackboneConfig
+from echo_rl.utils.jail import read_regular
 from echo_rl.utils.monitoring import JsonlLogger, PerformanceMonitor
 
 RECORD_VERSION = 1
@@ -70,8 +75,6 @@ class BenchmarkConfig(ConfigBase):
                                     "them together on the execution engine)", min=1)
 
     def validate(self) -> None:
-        from echo_rl.environments.registry import check_task_name
-
         for name in ("tasks", "baselines"):
             if not getattr(self, name):
                 self._fail(name, getattr(self, name), "needs at least one name")
@@ -88,7 +91,6 @@ class BenchmarkConfig(ConfigBase):
             _methods.get_method(method)
         for backbone in self.backbones:
             check_backbone_name(backbone)
-        from echo_rl.models.config import BackboneConfig
 
         # an unknown field or a bad value fails before any cell runs
         BackboneConfig.from_dict(self.backbone_config, prefix="backbone_config")
@@ -103,8 +105,6 @@ class BenchmarkConfig(ConfigBase):
     def _check_training_overrides(self) -> None:
         """Fail now, not after an hour of other cells, on a bad TrainingConfig field."""
         import dataclasses
-
-        from echo_rl.config import TrainingConfig
 
         names = {f.name for f in dataclasses.fields(TrainingConfig)}
         for method in self.trained_methods():
@@ -211,9 +211,7 @@ class EchoRLBenchmark:
         summary = {"cells": len(planned), **counts, "wall_time_s": time.perf_counter() - t_start,
                    "output_dir": str(self.output_dir)}
         if cfg.generate_report or cfg.generate_plots:
-            from echo_rl.evaluation.report import write_report
-
-            summary["report"] = write_report(self.output_dir, plots=cfg.generate_plots,
+            summary["report"] = write_report(self.output_dir, *load_run(self.output_dir), plots=cfg.generate_plots,
                                              tables=cfg.generate_report)
         return summary
 
@@ -288,3 +286,22 @@ class EchoRLBenchmark:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A benchmark run directory's config and the records of the cells that config plans (what a report shows)."""
+    run_dir = Path(run_dir)
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise ConfigError(f"{run_dir} is not a benchmark run directory: {cfg_path} is missing")
+    config = load_yaml_text(read_regular(cfg_path, "config").decode("utf-8", "replace"), str(cfg_path)) or {}
+    return config, current_records(config, CellStore(run_dir).records())
+
+
+def current_records(config: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the cells the config plans, made with its settings (a rerun with other
+    settings leaves older cell files behind; they must not mix into the tables)."""
+    planned = {(pc.cell.task, pc.cell.method, pc.cell.backbone, pc.cell.seed): pc.fingerprint
+               for pc in EchoRLBenchmark(BenchmarkConfig.from_dict(config)).plan()}
+    return [r for r in records
+            if planned.get((r["task"], r["method"], r["backbone"], r["seed"])) == r.get("fingerprint")]

@@ -21,8 +21,11 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.environments.registry import make_env, minigrid_id, text_task_names
 from echo_rl.evaluation.records import NO_BACKBONE, Cell, CellOutcome, EpisodeRecord
+from echo_rl.models import load_backbone
+from echo_rl.models.resolve import resolve_backbone
 
 TASK_KINDS = ("text", "vector")
 
@@ -65,8 +68,6 @@ Runner = Callable[[CellContext], Awaitable[CellOutcome]]
 
 def task_kinds(task: str) -> tuple[str, ...]:
     """Which forms a task name offers: MiniGrid tasks are both text and vector tasks; registered ones are text."""
-    from echo_rl.environments.registry import minigrid_id, text_task_names
-
     kinds = []
     if task in text_task_names() or minigrid_id(task) is not None:  # any MiniGrid id also exists as text
         kinds.append("text")
@@ -100,8 +101,6 @@ class MethodSpec:
 
     def uses_backbone(self, task: str) -> bool:
         """Whether a cell of this method on ``task`` runs once per backbone."""
-        from echo_rl.environments.registry import minigrid_id
-
         return self.needs_backbone or (self.lm_on_text and minigrid_id(task) is None)
 
     def skip_reason(self, task: str, backbone: str) -> str | None:
@@ -116,7 +115,7 @@ class MethodSpec:
         if self.trainer_agent is not None:
             if _module_missing("echo_rl.training.trainer"):
                 return f"{self.name} needs echo_rl.training.trainer (EchoRLTrainer), not in this installation yet"
-            from echo_rl.training.agents import AGENTS
+            from echo_rl.training.agents import AGENTS  # needed on this path only
 
             if self.trainer_agent not in AGENTS:
                 return (f"trainer agent {self.trainer_agent!r} is not registered yet ({self.origin}); "
@@ -133,8 +132,6 @@ class MethodSpec:
                         **base: Any) -> Any:
         """The TrainingConfig a cell of this trained method builds: ``base`` fields, then the method's own
         (``training_defaults``), then the user's ``overrides`` (mappings such as lm_config merge)."""
-        from echo_rl.config import TrainingConfig
-
         data: dict[str, Any] = {"env_name": task, "agent": self.trainer_agent, **base}
         if backbone != NO_BACKBONE and self.uses_backbone(task):
             data["backbone"] = backbone
@@ -147,8 +144,6 @@ class MethodSpec:
 def _weightless(name: str) -> str | None:
     """What kind of backbone ``name`` is when a trainer cannot update its weights ("API model", "registered
     backbone"), else None (the one resolver says; an unknown name is left to the trainer's own error)."""
-    from echo_rl.models.resolve import resolve_backbone
-
     try:
         ref = resolve_backbone(name, strict=False)
     except ConfigError:  # e.g. a registered model not fetched here: the benchmark's name check said so
@@ -200,8 +195,6 @@ def register_trained(name: str, agent: str | None = None, *, task_kinds: tuple[s
     """Register a benchmark method that trains ``agent`` (a name in ``echo_rl.training.agents.AGENTS``,
     default ``name``; see ``register_agent``) with EchoRLTrainer in each cell and reports its final
     evaluation, exactly like the built-in ``ppo`` and ``impala`` methods."""
-    from echo_rl.evaluation.runners import run_trained
-
     spec = MethodSpec(name, "trained", description or f"{agent or name} trained by EchoRLTrainer (registered)",
                       run_trained, tuple(task_kinds), trainer_agent=agent or name, origin="registered from user code",
                       training_defaults=training_defaults)
@@ -289,8 +282,6 @@ def make_text_env(ctx: CellContext) -> Any:
 
 def load_cell_backbone(ctx: CellContext) -> Any:
     """The cell's backbone (registered ones included); a backbone that cannot load here skips the cell."""
-    from echo_rl.models import load_backbone
-
     try:
         return load_backbone(ctx.cell.backbone, ctx.backbone_config or None)
     except ConfigError as exc:  # e.g. an API backbone without its key: nothing was sent
@@ -298,8 +289,6 @@ def load_cell_backbone(ctx: CellContext) -> Any:
 
 
 def _make_text_env(ctx: CellContext) -> Any:
-    from echo_rl.environments.registry import make_env, minigrid_id
-
     task, kwargs = ctx.cell.task, env_config(ctx)
     env_id = minigrid_id(task)
     if env_id is not None:  # MiniGrid as text: the same gymnasium env the vector methods see
@@ -326,4 +315,61 @@ def _close(obj: Any) -> None:
         close()
 
 
-from echo_rl.evaluation import runners as _runners  # noqa: E402,F401 - registers the built-in methods
+
+async def run_trained(ctx: CellContext) -> CellOutcome:
+    """Train with EchoRLTrainer in the cell's work dir, then take the trainer's final evaluation.
+
+    A cell killed mid-training resumes from the trainer's last checkpoint when
+    its work dir was made by the same settings (a fingerprint file says so).
+    """
+    import shutil
+
+    from echo_rl.training.trainer import EchoRLTrainer  # torch, gymnasium, minigrid: loaded on first use
+
+    overrides = dict(ctx.method_config)
+    config = get_method(ctx.cell.method).training_config(
+        ctx.cell.task, ctx.cell.backbone, overrides, seed=ctx.cell.seed, device=ctx.device,
+        evaluation_episodes=ctx.num_episodes, env_config=env_config(ctx))
+    if "evaluation_frequency" not in overrides:  # a few points for the learning curve
+        config = config.replace(evaluation_frequency=max(config.total_timesteps // 5, 1))
+    run_dir = ctx.work_dir / "train"
+    stamp = ctx.work_dir / "fingerprint"
+    resume = False
+    if run_dir.exists():
+        if stamp.is_file() and stamp.read_text() == ctx.fingerprint and any(run_dir.rglob("state.pt")):
+            resume = True
+        else:
+            shutil.rmtree(run_dir)
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(ctx.fingerprint)
+    try:
+        trainer = EchoRLTrainer(config, run_dir=run_dir, resume=resume, show_progress=False)
+    except ConfigError as exc:  # e.g. text-task training before the LM trainer supports it
+        if "not implemented" in str(exc) or "not supported" in str(exc):
+            raise MethodUnavailable(str(exc)) from None
+        raise
+    metrics = await trainer.train()
+    if metrics.interrupted:
+        raise KeyboardInterrupt  # Ctrl-C: the trainer checkpointed; the benchmark stops and resumes later
+    results = dict(metrics.evaluation_results or {})
+    if "success_rate" not in results:
+        raise RuntimeError(f"trainer returned no evaluation_results['success_rate'] (got {sorted(results)})")
+    curve = [{"step": float(h["step"]), "success_rate": float(h["success_rate"])}
+             for h in metrics.history if h.get("success_rate") is not None]
+    return CellOutcome(
+        success_rate=float(results["success_rate"]),
+        mean_reward=_first(results, "avg_reward", "mean_return", "mean_reward"),
+        mean_length=_first(results, "avg_length", "mean_length", "episode_length"),
+        num_episodes=int(results.get("episodes", ctx.num_episodes)),
+        learning_curve=curve,
+        env_steps_trained=int(metrics.total_timesteps),
+        notes={"evaluation_results": {k: v for k, v in results.items() if isinstance(v, (int, float))},
+               "train_run_dir": str(metrics.run_dir), "resumed_training": resume},
+    )
+
+
+def _first(d: dict, *keys: str) -> float | None:
+    for k in keys:
+        if d.get(k) is not None:
+            return float(d[k])
+    return None

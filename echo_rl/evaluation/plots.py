@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from echo_rl.evaluation.statistics import AGGREGATE_NAMES
+from echo_rl.utils.statistics import AGGREGATE_NAMES
 
 TITLES = {"median": "Median", "iqm": "IQM", "mean": "Mean", "optimality_gap": "Optimality gap"}
 

@@ -1,8 +1,9 @@
 """From stored cells to results: JSON, CSV, the Markdown paper table, statistics and plots.
 
-Everything here reads ``RUN_DIR`` only (``config.yaml`` and ``cells/*.json``),
-so ``echo-rl report RUN_DIR`` regenerates the same report at any time,
-including from a benchmark that was interrupted half way.
+Everything here works from a run's config and stored cells (``config.yaml`` and
+``cells/*.json``, read by :func:`echo_rl.evaluation.benchmark.load_run`), so
+``echo-rl report RUN_DIR`` regenerates the same report at any time, including
+from a benchmark that was interrupted half way.
 
 The score for the statistics is Success@1 per (task, seed), already in [0, 1]
 so no normalisation is applied. A method's aggregate covers the tasks on which
@@ -21,11 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from echo_rl.config import ConfigError
-from echo_rl.config.base import load_yaml_text
-from echo_rl.evaluation import statistics as st
-from echo_rl.evaluation.records import CellStore, write_json_atomic
-from echo_rl.utils.jail import read_regular
+from echo_rl.evaluation.records import write_json_atomic
+from echo_rl.utils import statistics as st
 
 CELL_COLUMNS = ("task", "method", "backbone", "seed", "label", "status", "reason", "num_episodes", "success_at_1",
                 "avg_reward", "avg_episode_length", "tokens_per_episode", "etps", "kv_reuse", "wall_time_s",
@@ -33,26 +31,6 @@ CELL_COLUMNS = ("task", "method", "backbone", "seed", "label", "status", "reason
                 "cost_per_success", "env_steps_trained", "finished_at")
 MEAN_FIELDS = ("avg_reward", "avg_episode_length", "tokens_per_episode", "etps", "kv_reuse", "wall_time_s",
                "cost_usd", "env_steps_per_s")
-
-
-def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    run_dir = Path(run_dir)
-    cfg_path = run_dir / "config.yaml"
-    if not cfg_path.is_file():
-        raise ConfigError(f"{run_dir} is not a benchmark run directory: {cfg_path} is missing")
-    config = load_yaml_text(read_regular(cfg_path, "config").decode("utf-8", "replace"), str(cfg_path)) or {}
-    return config, current_records(config, CellStore(run_dir).records())
-
-
-def current_records(config: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records of the cells the config plans, made with its settings (a rerun with other
-    settings leaves older cell files behind; they must not mix into the tables)."""
-    from echo_rl.evaluation.benchmark import BenchmarkConfig, EchoRLBenchmark
-
-    planned = {(pc.cell.task, pc.cell.method, pc.cell.backbone, pc.cell.seed): pc.fingerprint
-               for pc in EchoRLBenchmark(BenchmarkConfig.from_dict(config)).plan()}
-    return [r for r in records
-            if planned.get((r["task"], r["method"], r["backbone"], r["seed"])) == r.get("fingerprint")]
 
 
 def _order(config: dict[str, Any], records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -288,16 +266,16 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
     tmp.replace(path)
 
 
-def write_report(run_dir: str | Path, plots: bool = True, tables: bool = True, reps: int | None = None,
-                 seed: int = 0) -> dict[str, Any]:
-    """Write results.json/csv, summary.csv, report.md and plots/*.png; returns the paths written."""
+def write_report(run_dir: str | Path, config: dict[str, Any], records: list[dict[str, Any]], plots: bool = True,
+                 tables: bool = True, reps: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """Write results.json/csv, summary.csv, report.md and plots/*.png of ``records`` (the run's current cells,
+    :func:`echo_rl.evaluation.benchmark.load_run`) into ``run_dir``; returns the paths written."""
     run_dir = Path(run_dir)
-    config, records = load_run(run_dir)
     summary = summarize(config, records, reps=reps, seed=seed)
     written: dict[str, Any] = {}
     plot_files: list[str] = []
     if plots:
-        from echo_rl.evaluation.plots import write_plots
+        from echo_rl.evaluation.plots import write_plots  # needed on this path only
 
         plot_files = write_plots(run_dir / "plots", summary)
         written["plots"] = [str(run_dir / p) for p in plot_files]

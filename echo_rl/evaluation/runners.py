@@ -2,9 +2,10 @@
 
 References (random, the env's expert), prompting agents (ReAct, Act-only,
 ToT over a backbone: episodes run concurrently, a local checkpoint served by
-the execution engine) and trained methods (EchoRLTrainer in the cell's work
-directory). Imported by ``methods`` itself, so every built-in name is known
-as soon as the registry is.
+the execution engine) and trained methods (``methods.run_trained``: EchoRLTrainer
+in the cell's work directory). ``echo_rl.evaluation`` imports this module, and
+Python runs it before any ``echo_rl.evaluation.*`` module, so every built-in
+name is known as soon as the registry is.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from typing import Any, Callable
 import numpy as np
 
 from echo_rl.config import ConfigError
+from echo_rl.environments.registry import minigrid_id, task_spec
 from echo_rl.evaluation.methods import (CellContext, MethodSpec, MethodUnavailable, Runner, _close, _env_notes,
-                                        _make_text_env, env_config, get_method, register_method,
+                                        _make_text_env, env_config, register_method, run_trained,
                                         run_text_episodes, run_vector_episodes)
 from echo_rl.evaluation.records import NO_BACKBONE, CellOutcome, EpisodeRecord
+from echo_rl.models import load_backbone
+from echo_rl.prompting.base import is_multiline_task
+from echo_rl.prompting.engine_backbone import EngineBackbone, engine_backed
+from echo_rl.prompting.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
 
 async def _run_random(ctx: CellContext) -> CellOutcome:
     """Uniform random actions: the floor every method must beat."""
-    from echo_rl.environments.registry import minigrid_id
-
     env_id = minigrid_id(ctx.cell.task)
     if env_id is not None:
         return CellOutcome(episodes=run_vector_episodes(ctx, env_id, lambda env, obs, rng: int(
@@ -56,13 +60,8 @@ async def _run_expert(ctx: CellContext) -> CellOutcome:
 
 
 async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
-    """ReAct / Act-only / ToT from echo_rl.agents over the cell's backbone (``expert``: the env's expert,
-    scripted), ``ctx.concurrency`` episodes at once through :func:`echo_rl.agents.runner.run_episodes`."""
-    from echo_rl.agents.engine_backbone import EngineBackbone, engine_backed
-    from echo_rl.agents.runner import EXPERT, EpisodeJob, build_agent, expert_backbone, run_episodes
-    from echo_rl.agents.base import is_multiline_task
-    from echo_rl.models import load_backbone
-
+    """ReAct / Act-only / ToT from echo_rl.prompting over the cell's backbone (``expert``: the env's expert,
+    scripted), ``ctx.concurrency`` episodes at once through :func:`echo_rl.prompting.runner.run_episodes`."""
     model = None
     if ctx.cell.backbone != EXPERT:  # before the env: a missing API key skips the cell without building it
         try:
@@ -110,8 +109,6 @@ async def _run_prompting(ctx: CellContext, agent: str) -> CellOutcome:
 def agent_task(task: str) -> str | None:
     """The prompt family of a task name: ``minigrid:<Id>`` is ``minigrid``; a task whose :class:`TaskSpec` says
     the prompting agents have no reply format for it (``prompting=False``) is None (the generic format)."""
-    from echo_rl.environments.registry import task_spec
-
     spec = task_spec(task)
     return spec.name if spec.prompting else None
 
@@ -121,65 +118,6 @@ def _prompting(agent: str) -> Runner:
         return await _run_prompting(ctx, agent)
 
     return run
-
-
-async def run_trained(ctx: CellContext) -> CellOutcome:
-    """Train with EchoRLTrainer in the cell's work dir, then take the trainer's final evaluation.
-
-    A cell killed mid-training resumes from the trainer's last checkpoint when
-    its work dir was made by the same settings (a fingerprint file says so).
-    """
-    import shutil
-
-    from echo_rl.training.trainer import EchoRLTrainer
-
-    overrides = dict(ctx.method_config)
-    config = get_method(ctx.cell.method).training_config(
-        ctx.cell.task, ctx.cell.backbone, overrides, seed=ctx.cell.seed, device=ctx.device,
-        evaluation_episodes=ctx.num_episodes, env_config=env_config(ctx))
-    if "evaluation_frequency" not in overrides:  # a few points for the learning curve
-        config = config.replace(evaluation_frequency=max(config.total_timesteps // 5, 1))
-    run_dir = ctx.work_dir / "train"
-    stamp = ctx.work_dir / "fingerprint"
-    resume = False
-    if run_dir.exists():
-        if stamp.is_file() and stamp.read_text() == ctx.fingerprint and any(run_dir.rglob("state.pt")):
-            resume = True
-        else:
-            shutil.rmtree(run_dir)
-    ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(ctx.fingerprint)
-    try:
-        trainer = EchoRLTrainer(config, run_dir=run_dir, resume=resume, show_progress=False)
-    except ConfigError as exc:  # e.g. text-task training before the LM trainer supports it
-        if "not implemented" in str(exc) or "not supported" in str(exc):
-            raise MethodUnavailable(str(exc)) from None
-        raise
-    metrics = await trainer.train()
-    if metrics.interrupted:
-        raise KeyboardInterrupt  # Ctrl-C: the trainer checkpointed; the benchmark stops and resumes later
-    results = dict(metrics.evaluation_results or {})
-    if "success_rate" not in results:
-        raise RuntimeError(f"trainer returned no evaluation_results['success_rate'] (got {sorted(results)})")
-    curve = [{"step": float(h["step"]), "success_rate": float(h["success_rate"])}
-             for h in metrics.history if h.get("success_rate") is not None]
-    return CellOutcome(
-        success_rate=float(results["success_rate"]),
-        mean_reward=_first(results, "avg_reward", "mean_return", "mean_reward"),
-        mean_length=_first(results, "avg_length", "mean_length", "episode_length"),
-        num_episodes=int(results.get("episodes", ctx.num_episodes)),
-        learning_curve=curve,
-        env_steps_trained=int(metrics.total_timesteps),
-        notes={"evaluation_results": {k: v for k, v in results.items() if isinstance(v, (int, float))},
-               "train_run_dir": str(metrics.run_dir), "resumed_training": resume},
-    )
-
-
-def _first(d: dict, *keys: str) -> float | None:
-    for k in keys:
-        if d.get(k) is not None:
-            return float(d[k])
-    return None
 
 
 def _lm_objective(objective: str, judged: bool = False) -> Callable[[str, str], dict[str, Any]]:
@@ -200,12 +138,12 @@ for _spec in (
     MethodSpec("expert", "reference", "the environment's hand-coded expert", _run_expert, ("text",),
                origin="issue 5: text environments"),
     MethodSpec("react", "prompting", "ReAct (Yao et al. 2023) over a backbone", _prompting("react"), ("text",),
-               needs_backbone=True, requires=("echo_rl.agents.react",), origin="issue 6: prompting baselines"),
+               needs_backbone=True, requires=("echo_rl.prompting.react",), origin="issue 6: prompting baselines"),
     MethodSpec("act", "prompting", "Act-only (ReAct's ablation without thoughts) over a backbone",
-               _prompting("act"), ("text",), needs_backbone=True, requires=("echo_rl.agents.react",),
+               _prompting("act"), ("text",), needs_backbone=True, requires=("echo_rl.prompting.react",),
                origin="issue 6: prompting baselines"),
     MethodSpec("tot", "prompting", "Tree of Thoughts (Yao et al. 2023) over a backbone", _prompting("tot"),
-               ("text",), needs_backbone=True, requires=("echo_rl.agents.tot",),
+               ("text",), needs_backbone=True, requires=("echo_rl.prompting.tot",),
                origin="issue 6: prompting baselines"),
     MethodSpec("ppo", "trained", "PPO trained by EchoRLTrainer", run_trained, ("vector",),
                trainer_agent="ppo", origin="issue 2: trainer"),

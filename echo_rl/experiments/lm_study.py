@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from echo_rl.config import TrainingConfig
-from echo_rl.evaluation.statistics import t_interval
+from echo_rl.utils.statistics import t_interval
 
 # arm -> TrainingConfig overrides; GRPO is --agent ppo on a text task (λ = 0, no plan)
 ARMS: dict[str, dict] = {

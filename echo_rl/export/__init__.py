@@ -5,8 +5,8 @@
   graph in :mod:`echo_rl.export.graph`);
 - language-model runs -> a plain transformers checkpoint directory
   (:mod:`echo_rl.export.lm`);
-- :func:`load_policy`: ``act(obs)`` over a run directory, an exported file or a
-  hub model (:mod:`echo_rl.export.loading`).
+- :func:`load_policy`: ``act(obs)`` over a run directory or an exported file
+  (:mod:`echo_rl.export.loading`; ``echo_rl.load_policy`` adds hub models).
 """
 
 from __future__ import annotations

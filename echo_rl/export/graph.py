@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.environments.registry import minigrid_id
 
 FORMAT_VERSION = 1
 
@@ -58,7 +59,7 @@ class EchoNoPlanGraph(EchoPlanGraph):
 
 def policy_graph(agent: Any, config: TrainingConfig) -> tuple[nn.Module, dict]:
     """(module in eval mode, metadata) for a vector agent with its weights loaded."""
-    from echo_rl.environments.minigrid_vector import make_vector_env
+    from echo_rl.environments.minigrid_vector import make_vector_env  # gymnasium, minigrid: loaded on first use
 
     if getattr(getattr(getattr(agent, "network", None), "distribution", None), "continuous", False):
         raise ConfigError(f"the {config.agent} policy of task {config.env_name!r} acts in a continuous (Box) action "
@@ -92,8 +93,8 @@ def obs_encoding(config: TrainingConfig) -> dict | None:
     """How a raw MiniGrid observation becomes the flat uint8 input, so a user outside echo_rl can build it
     (examples/standalone_policy.py): image (7x7x3 indices) flattened, direction, then a bag of mission words.
     None for other envs (their observation is the input as is)."""
+    # gymnasium, minigrid: loaded on first use
     from echo_rl.environments.minigrid_vector import MISSION_VOCAB, MiniGridObsEncoding
-    from echo_rl.environments.registry import minigrid_id
 
     if minigrid_id(config.env_name) is None:
         return None

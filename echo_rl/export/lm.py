@@ -2,7 +2,7 @@
 
 The LM agent trains the backbone's full weights or LoRA adapters (``LMAgent.state_dict()["model"]``;
 adapters are merged here: W + scale·B·A), so the export is the backbone rebuilt as the run built it
-(``echo_rl.training.lm.loop.load_policy``: the same preset, seed and tokenizer),
+(``echo_rl.lm.loop.load_policy``: the same preset, seed and tokenizer),
 the trained weights loaded, and ``save_pretrained`` for model and tokenizer
 (chat template included). ``transformers.AutoModelForCausalLM.from_pretrained``,
 ``echo-rl serve --backbone DIR`` and vLLM read that directory as is.
@@ -16,13 +16,12 @@ import tempfile
 from pathlib import Path
 
 from echo_rl.config import ConfigError
+from echo_rl.export.runs import newest_payload, run_config
 
 INFO_FILE = "echo_rl_export.json"
 
 
 def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, dict]:
-    from echo_rl.export.runs import newest_payload, run_config
-
     config = run_config(run_dir)
     if not config.text_task:
         raise ConfigError(f"--run-dir {run_dir} is a vector-policy run ({config.agent} on {config.env_name}): "
@@ -31,12 +30,12 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
     weights = payload["state"].get("model")
     if not isinstance(weights, dict) or not weights:
         raise ConfigError(f"--run-dir {run_dir}/{ckpt}: the checkpoint holds no language-model weights ('model')")
-    from echo_rl.training.lm.loop import load_policy as load_backbone_policy
+    from echo_rl.lm.loop import load_policy as load_backbone_policy  # gymnasium, minigrid: loaded on first use
 
     model, tokenizer = load_backbone_policy(config.backbone, config.seed)
     lm = config.lm_config
     if lm.lora_rank:  # the run trained adapters: rebuild them, load, and merge into plain weights
-        from echo_rl.training.lm.lora import add_lora, plain_copy
+        from echo_rl.lm.lora import add_lora, plain_copy  # needed on this path only
 
         model = add_lora(model, lm.lora_rank, lm.lora_alpha, lm.lora_targets)
     try:

@@ -1,4 +1,4 @@
-"""``echo_rl.load_policy``: one ``act(obs)`` over a run directory, an exported file or a hub model.
+"""One ``act(obs)`` over a run directory or an exported file (``echo_rl.load_policy`` adds hub models).
 
 Every source becomes a backend that maps inputs to (logits, values); the
 :class:`Policy` around it owns what acting needs beyond the network: raw
@@ -251,18 +251,16 @@ TORCHSCRIPT_REFUSED = ("{path} is TorchScript: a program that runs when it is lo
 
 
 def load_policy(path_or_name: str | Path, allow_code: bool = False) -> Policy:
-    """A :class:`Policy` from a run directory (its newest checkpoint), an exported ``.onnx`` / ``.safetensors``
-    file, or a hub model name (``echo_rl.hub.models.names()``, optionally written ``hub:NAME``).
+    """A :class:`Policy` from a run directory (its newest checkpoint) or an exported ``.onnx`` / ``.safetensors``
+    file. Hub model names are the hub's (``echo_rl.load_policy`` is :func:`echo_rl.hub.models.load_policy`).
 
     A TorchScript file is code (its methods run on load and in ``act``), so it is refused unless
-    ``allow_code=True`` says its author is trusted; ONNX files, hub models and run directories hold data only."""
+    ``allow_code=True`` says its author is trusted; ONNX files and run directories hold data only."""
     text = str(path_or_name)
-    if text.startswith("hub:"):  # only ever the hub: a local file or folder of that name never shadows it
-        return _hub_policy(text[4:], text)
     path = Path(text).expanduser()
     if path.is_dir():
-        from echo_rl.export.graph import policy_graph
-        from echo_rl.export.runs import load_vector_agent
+        from echo_rl.export.graph import policy_graph  # needed on this path only
+        from echo_rl.export.runs import load_vector_agent  # needed on this path only
 
         agent, config, ckpt = load_vector_agent(path, flag="run directory")
         graph, meta = policy_graph(agent, config)
@@ -276,13 +274,4 @@ def load_policy(path_or_name: str | Path, allow_code: bool = False) -> Policy:
                 raise ConfigError(TORCHSCRIPT_REFUSED.format(path=path))
             return Policy(TorchBackend(path), str(path))
         return Policy(OnnxBackend(path), str(path))
-    return _hub_policy(text, text)
-
-
-def _hub_policy(name: str, text: str) -> Policy:
-    from echo_rl.hub import models
-
-    if name in models.names():
-        return Policy(OnnxBackend(models.path(name)), f"hub:{name}")
-    raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.safetensors file nor a hub model; "
-                      f"hub models: {', '.join(models.names()) or 'none'}")
+    raise ConfigError(f"{text!r} is neither a run directory nor an exported .onnx/.safetensors file")

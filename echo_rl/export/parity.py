@@ -11,10 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from echo_rl.export.loading import load_policy
+from echo_rl.export.runs import run_config
+
 
 def record_observations(policy, env_name: str, steps: int = 256, num_envs: int = 4, seed: int = 0,
                         env_config: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(observations [steps, num_envs, D], episode starts [steps, num_envs]) from acting with ``policy``."""
+    # gymnasium, minigrid: loaded on first use
     from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
 
     envs = make_vector_env(env_name, num_envs, **(env_config or {}))
@@ -52,14 +56,10 @@ def compare(reference, candidate, observations: np.ndarray, starts: np.ndarray) 
 
 
 def run_env_config(run_dir: str | Path) -> dict:
-    from echo_rl.export.runs import run_config
-
     return dict(run_config(run_dir).env_config)
 
 
 def check_parity(run_dir: str | Path, exported: str | Path, steps: int = 128) -> dict:
-    from echo_rl.export.loading import load_policy
-
     reference = load_policy(run_dir)
     obs, starts = record_observations(reference, reference.meta["env_name"], steps=steps,
                                       env_config=run_env_config(run_dir))

@@ -10,21 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.training.agents import build_agent
+from echo_rl.training.run_dir import RunDirectory
 
 VECTOR_AGENTS = ("ppo", "impala", "echo-rl")
 
 
 def run_config(run_dir: str | Path, flag: str = "--run-dir") -> TrainingConfig:
-    from echo_rl.training.run_dir import RunDirectory
-
     return RunDirectory.config_of(run_dir, flag=flag)
 
 
 def newest_payload(run_dir: str | Path, config: TrainingConfig, flag: str = "--run-dir") -> tuple[dict, str]:
     """(state.pt payload, checkpoint name) of the newest checkpoint that loads; ConfigError when the run
     has none (not trained yet) or none loads."""
-    from echo_rl.training.run_dir import RunDirectory
-
     run = RunDirectory(run_dir, config)
     if run.latest_checkpoint() is None:
         raise ConfigError(f"{flag} {run_dir} has no checkpoint: the run is not trained yet "
@@ -58,8 +56,6 @@ def load_vector_agent(run_dir: str | Path, flag: str = "--run-dir") -> tuple[Any
 def acting_agent(config: TrainingConfig) -> Any:
     """An untrained ``config.agent`` on one actor, CPU, without learner-side buffers: what acting needs."""
     import torch
-
-    from echo_rl.training.agents import build_agent
 
     acting = {"num_actors": 1, "backend": "local", "vector_env": "sync", "device": "cpu"}
     if config.agent == "echo-rl":  # learner-side buffers (the replay preallocates GBs) hold no acting weights

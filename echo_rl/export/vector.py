@@ -28,7 +28,9 @@ import torch
 from torch import nn
 
 from echo_rl.config import ConfigError
-from echo_rl.export.graph import example_inputs
+from echo_rl.export.graph import example_inputs, policy_graph
+from echo_rl.export.runs import load_vector_agent
+from echo_rl.utils.jail import Jail
 
 FORMATS = ("onnx", "safetensors")
 QUANTIZE = ("int8",)
@@ -123,10 +125,6 @@ def check_format(fmt: str, quantize: str | None) -> None:
 def export_vector_run(run_dir: str | Path, fmt: str, out: str | Path | None = None,
                       quantize: str | None = None) -> tuple[Path, dict]:
     """Export the newest checkpoint of a vector run; (file written, metadata)."""
-    from echo_rl.export.graph import policy_graph
-    from echo_rl.export.runs import load_vector_agent
-    from echo_rl.utils.jail import Jail
-
     check_format(fmt, quantize)
     (require_onnx if fmt == "onnx" else require_safetensors)()
     agent, config, ckpt = load_vector_agent(run_dir)

@@ -2,7 +2,7 @@
 
 - :mod:`echo_rl.hub.scores`: every per-seed number of ``docs/results.md`` (final
   scores and, where the study reports them, learning curves) with the command and
-  commit that made them, as arrays for :mod:`echo_rl.evaluation.statistics`;
+  commit that made them, as arrays for :mod:`echo_rl.utils.statistics`;
 - :mod:`echo_rl.hub.models`: trained MiniGrid policies as ONNX files
   (``python -m echo_rl.hub.build_models`` makes them), loadable by name with
   ``echo_rl.load_policy``;

@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.hub.models import evaluate_greedy, models_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 # the sample-efficiency study's shared settings (benchmarks/sample_efficiency.py SHARED, PPO's part)
@@ -56,12 +57,10 @@ def _machine() -> str:
 
 
 def build(name: str, work_dir: Path) -> dict:
-    from echo_rl.config import TrainingConfig
-    from echo_rl.export.loading import load_policy
-    from echo_rl.export.vector import export_vector_run
-    from echo_rl.hub.models import evaluate_greedy, models_dir
-    from echo_rl.training.protocol import EVAL_SEED_OFFSET
-    from echo_rl.training.trainer import EchoRLTrainer
+    from echo_rl.export.loading import load_policy  # torch: loaded on first use
+    from echo_rl.export.vector import export_vector_run  # torch: loaded on first use
+    from echo_rl.training.protocol import EVAL_SEED_OFFSET  # gymnasium, minigrid: loaded on first use
+    from echo_rl.training.trainer import EchoRLTrainer  # torch, gymnasium, minigrid: loaded on first use
 
     config_file, overrides = RECIPES[name]
     base = TrainingConfig.load_yaml(ROOT / config_file) if config_file else TrainingConfig()
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(args.names) - set(RECIPES))
         if unknown:
             raise ConfigError(f"unknown hub model(s) {', '.join(unknown)}; allowed: {', '.join(RECIPES)}")
-        from echo_rl.hub.models import INDEX, models_dir
+        from echo_rl.hub.models import INDEX, models_dir  # needed on this path only
 
         index_path = models_dir() / INDEX
         index = json.loads(index_path.read_text()) if index_path.is_file() else {}

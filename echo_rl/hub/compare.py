@@ -4,7 +4,7 @@ Each RUN_DIR is one training run (one seed). Its score on the study's metric
 is read from its ``metrics.jsonl`` the way the study measured it (the last
 evaluation, or the first evaluation step with success >= 0.9 and the study's
 budget when never reached), for the study's task the run trained on. Both
-sides become runs x 1 matrices for ``echo_rl.evaluation.statistics``: IQM with
+sides become runs x 1 matrices for ``echo_rl.utils.statistics``: IQM with
 stratified-bootstrap CIs for each, and the probability that a new run beats a
 published one (metrics where lower is better are negated for it).
 """
@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from echo_rl.config import ConfigError
+from echo_rl.environments.registry import minigrid_id
+from echo_rl.hub.scores import resolve
 from echo_rl.utils.jail import Jail
 from echo_rl.utils.monitoring import JsonlLogger
 
@@ -58,16 +60,15 @@ def run_score(run_dir: str | Path, metric: str, budget: float | None) -> float:
 
 
 def _task_of(run_dir: Path) -> str:
-    from echo_rl.environments.registry import minigrid_id
-    from echo_rl.export.runs import run_config
+    from echo_rl.export.runs import run_config  # torch: loaded on first use
 
     env = run_config(run_dir, flag="RUN_DIR").env_name
     return minigrid_id(env) or env
 
 
 def compare(run_dirs: list[str], against: str, metric: str | None = None, reps: int = 20_000) -> dict:
-    from echo_rl.evaluation.statistics import aggregate_iqm, poi_interval, stratified_bootstrap_ci
-    from echo_rl.hub.scores import resolve
+    # scipy: loaded on first use
+    from echo_rl.utils.statistics import aggregate_iqm, poi_interval, stratified_bootstrap_ci
 
     if not against.startswith("hub:"):
         raise ConfigError(f"--against {against!r} is invalid: give hub:STUDY[/METHOD] (python -c 'from "

@@ -56,10 +56,28 @@ def path(name: str) -> Path:
     return file
 
 
-def load(name: str):
-    """``echo_rl.load_policy("hub:NAME")``."""
-    from echo_rl.export.loading import load_policy
+def load_policy(path_or_name: str | Path, allow_code: bool = False):
+    """``echo_rl.load_policy``: a hub model by name (``NAME`` or ``hub:NAME``; a local file or folder of that name
+    never shadows a ``hub:`` name), else a run directory or an exported file
+    (:func:`echo_rl.export.loading.load_policy`, whose ``allow_code`` admits TorchScript)."""
+    # torch and onnxruntime load with the first policy, so reading the hub's index and scores stays light
+    from echo_rl.export.loading import OnnxBackend, Policy, load_policy as load_exported
 
+    text = str(path_or_name)
+    name = text[4:] if text.startswith("hub:") else text
+    if text.startswith("hub:") or (name in names() and not Path(text).expanduser().exists()):
+        return Policy(OnnxBackend(path(name)), f"hub:{name}")
+    try:
+        return load_exported(path_or_name, allow_code=allow_code)
+    except ConfigError as exc:
+        if "neither a run directory" not in str(exc):
+            raise
+        raise ConfigError(f"{text!r} is neither a run directory, an exported .onnx/.safetensors file nor a hub model; "
+                          f"hub models: {', '.join(names()) or 'none'}") from None
+
+
+def load(name: str):
+    """The hub model ``name`` (``NAME`` or ``hub:NAME``) as a :class:`~echo_rl.export.loading.Policy`."""
     info(name)
     return load_policy(f"hub:{name[4:] if name.startswith('hub:') else name}")
 
@@ -67,8 +85,8 @@ def load(name: str):
 def evaluate_greedy(policy, env_name: str, episodes: int, seed: int, num_envs: int = 16,
                     env_config: dict | None = None) -> dict[str, float]:
     """Greedy-action success and return over ``episodes`` seeded episodes (``rollout.evaluate_policy``'s layout)."""
-    from echo_rl.environments.minigrid_vector import make_vector_env
-    from echo_rl.training.rollout import evaluate_policy
+    from echo_rl.environments.minigrid_vector import make_vector_env  # gymnasium, minigrid: loaded on first use
+    from echo_rl.vector.rollout import evaluate_policy  # torch: loaded on first use
 
     policy.reset()
     try:

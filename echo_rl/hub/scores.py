@@ -65,7 +65,7 @@ class Study:
 
     def scores(self, method: str, metric: str | None = None) -> np.ndarray:
         """runs x tasks float array (NaN where the study does not report a cell); ready for
-        ``echo_rl.evaluation.statistics`` once complete (``np.isfinite(...).all()``)."""
+        ``echo_rl.utils.statistics`` once complete (``np.isfinite(...).all()``)."""
         metric = metric or self.default_metric()
         final = self.method(method)["final"]
         if metric not in final:
@@ -95,7 +95,7 @@ class Study:
     def plot_summary(self, metric: str | None = None, reps: int = 2_000) -> dict[str, Any]:
         """The summary ``echo_rl.evaluation.plots`` draws from: per-seed learning curves where published, and
         aggregate intervals of methods whose scores on ``metric`` are complete (success-like metrics in [0, 1])."""
-        from echo_rl.evaluation.statistics import interval_estimates
+        from echo_rl.utils.statistics import interval_estimates  # scipy: loaded on first use
 
         metric = metric or self.default_metric()
         task = self.tasks[0]

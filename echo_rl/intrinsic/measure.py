@@ -18,6 +18,8 @@ import time
 import numpy as np
 import torch
 
+from echo_rl.intrinsic import INTRINSIC_REWARDS, make_intrinsic_reward
+
 
 def collect(envs, steps: int, rng: np.random.Generator, obs: np.ndarray):
     """One (T, N) random-policy rollout as tensors (obs, actions, next_obs, dones) and the last observation."""
@@ -36,8 +38,7 @@ def collect(envs, steps: int, rng: np.random.Generator, obs: np.ndarray):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
-    from echo_rl.intrinsic import INTRINSIC_REWARDS, make_intrinsic_reward
+    from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env  # minigrid: loaded on first use
 
     p = argparse.ArgumentParser(prog="python -m echo_rl.intrinsic.measure", description=__doc__.split("\n")[0])
     p.add_argument("--task", default="MiniGrid-DoorKey-5x5-v0")

@@ -7,7 +7,8 @@
 from echo_rl.models.backbone import (Backbone, CapabilityError, Completion, SamplingParams, TokenLogprob,
                                      Usage)
 from echo_rl.models.config import BackboneConfig
-from echo_rl.models.loader import backbone_names, load_backbone, register_backbone
+from echo_rl.models.loader import load_backbone
+from echo_rl.models.resolve import backbone_names, register_backbone
 from echo_rl.models.pricing import PriceTable
 from echo_rl.models.scripted import ScriptedBackbone
 

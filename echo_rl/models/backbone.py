@@ -81,11 +81,6 @@ class TextDelta(str):
         return obj
 
 
-class ContextLengthError(ConfigError):
-    """A prompt (plus the tokens asked for) does not fit the model's context: the one error for it, raised by
-    local backbones and by the engine alike, so callers (serve's 400, a runner failing one episode) catch one type."""
-
-
 @dataclass
 class SamplingParams:
     """Decoding options shared by every backbone; validated so bad values fail before a request."""

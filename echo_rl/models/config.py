@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_rl.config import ConfigBase, spec
+from echo_rl.models.pricing import PriceTable
 
 
 @dataclass
@@ -28,6 +29,5 @@ class BackboneConfig(ConfigBase):
             self._fail("requests_per_minute", self.requests_per_minute, "must be > 0 or None")
         if self.max_context is not None and self.max_context < 1:
             self._fail("max_context", self.max_context, "must be >= 1 or None")
-        from echo_rl.models.pricing import PriceTable
 
         PriceTable(self.prices)  # raises on a malformed entry

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from echo_rl.config import ConfigError
-from echo_rl.models.backbone import (Backbone, Completion, ContextLengthError, Message, SamplingParams, TextDelta,
+from echo_rl.models.backbone import (Backbone, Completion, Message, SamplingParams, TextDelta,
                                      TokenLogprob, Usage, check_messages)
+from echo_rl.engine.errors import ContextLengthError
 from echo_rl.utils.optional import require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -186,8 +187,8 @@ class LocalBackbone(Backbone):
             gen.manual_seed(params.seed)
         else:
             gen.seed()
-        from echo_rl.engine.sampling import SamplingParams as TokenSampling
-        from echo_rl.engine.sampling import choose_token
+        from echo_rl.engine.sampling import SamplingParams as TokenSampling  # torch: loaded on first use
+        from echo_rl.engine.sampling import choose_token  # torch: loaded on first use
 
         # the engine's sampler (greedy below its MIN_TEMPERATURE, top-p): one way to pick a token everywhere
         token_params = TokenSampling(max_new_tokens=max_new, temperature=params.temperature, top_p=params.top_p)

@@ -1,10 +1,10 @@
 """The one backbone resolver: a backbone name -> what it denotes (:class:`BackboneRef`), nothing loaded.
 
-Prompting (``load_backbone``), training (``echo_rl.training.lm.policy.load_policy``), the benchmark's
+Prompting (``load_backbone``), training (``echo_rl.lm.policy.load_policy``), the benchmark's
 name check and its "can this method train that backbone" rule all read :func:`resolve_backbone`, so a
 name means the same thing everywhere. Names, in the order they are tried:
 
-* ``registered`` - a name given to :func:`~echo_rl.models.loader.register_backbone` (its factory builds it);
+* ``registered`` - a name given to :func:`register_backbone` (its factory builds it);
 * ``tiny`` - ``tiny``, ``tiny:<preset>`` or a bare preset name (built offline on first use and cached);
 * ``fetched`` - a registered pretrained model (``smollm2-135m``: the checkpoint ``echo-rl models fetch``
   built; a registered model that is not fetched is a one-line error naming the fetch command);
@@ -19,8 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from echo_rl.config import ConfigError
+from echo_rl.models.api import ALIASES, PROVIDERS, resolve_api_name
+from echo_rl.models.backbone import Backbone
+from echo_rl.models.config import BackboneConfig
+from echo_rl.models.fetch import MODELS, resolve_model
 
 KINDS = ("registered", "tiny", "fetched", "api", "url", "checkpoint")
 TRAINABLE = ("tiny", "fetched", "checkpoint")
@@ -46,7 +51,7 @@ class BackboneRef:
     def checkpoint(self, seed: int = 0) -> Path:
         """The checkpoint directory holding the weights (a tiny preset is built for ``seed`` on first use)."""
         if self.kind == "tiny":
-            from echo_rl.models.tiny import tiny_checkpoint
+            from echo_rl.models.tiny import tiny_checkpoint  # keeps import echo_rl light: loaded on first use
 
             return tiny_checkpoint(self.preset, seed=seed)
         if self.path is None:
@@ -54,13 +59,39 @@ class BackboneRef:
         return self.path
 
 
+_REGISTERED: dict[str, Callable[[BackboneConfig], Backbone]] = {}
+REGISTER_HINT = "register your own with echo_rl.models.register_backbone(name, factory)"
+
+
+def register_backbone(name: str, factory: Callable[[BackboneConfig], Backbone]) -> None:
+    """Make ``name`` a backbone everywhere a backbone name is read (``load_backbone``, the benchmark, eval).
+
+    ``factory(config: BackboneConfig) -> Backbone`` builds it on each load; registered names are tried
+    before the built-in ones. (Training needs weights: it takes tiny presets and local checkpoints.)
+    """
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise ConfigError(f"backbone name {name!r} is invalid: must be a non-empty string without surrounding spaces")
+    if not callable(factory):
+        raise ConfigError(f"factory for backbone {name!r} is invalid: must be callable, got {type(factory).__name__}")
+    _REGISTERED[name] = factory
+
+
+def backbone_names() -> list[str]:
+    """Named backbones (besides provider/model, URLs and checkpoint paths), registered ones last."""
+    from echo_rl.models.tiny import PRESETS  # keeps import echo_rl light: loaded on first use
+
+    return ["tiny", *[f"tiny:{p}" for p in PRESETS], *MODELS, *ALIASES, *sorted(_REGISTERED)]
+
+
+def _allowed() -> str:
+    return (f"{', '.join(backbone_names())}, <provider>/<model> (providers: {', '.join(PROVIDERS)}), "
+            f"http(s)://host:port/v1[#model], or a local checkpoint directory ({REGISTER_HINT})")
+
+
 def resolve_backbone(name: str, *, strict: bool = True) -> BackboneRef | None:
     """What ``name`` denotes (see the module doc); an unknown name raises a one-line ConfigError listing the
     allowed names, or with ``strict=False`` returns None (the caller says what it accepts)."""
-    from echo_rl.models.api import resolve_api_name
-    from echo_rl.models.fetch import resolve_model
-    from echo_rl.models.loader import _REGISTERED, _allowed
-    from echo_rl.models.tiny import PRESETS
+    from echo_rl.models.tiny import PRESETS  # keeps import echo_rl light: loaded on first use
 
     name = str(name).strip()
     if not name:

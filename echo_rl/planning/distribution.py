@@ -1,7 +1,7 @@
 """The plan distribution p_phi(tau | s) (a diagonal Gaussian) and the KL between consecutive plans.
 
 Why a module of its own: the vector agent's encoder and the language model's planner
-(``echo_rl.training.lm.plan``) both produce these distributions and both regularise
+(``echo_rl.lm.plan``) both produce these distributions and both regularise
 ``L_KL = KL[p(tau_t | s_1:t) || p(tau_{t-1} | s_1:t-1)]``, so the distribution and its KL have no
 network in them.
 """

@@ -55,6 +55,7 @@ import numpy as np
 from echo_rl.kernels import sumtree_ref
 from echo_rl.kernels.sumtree import SumTree
 from echo_rl.replay.experience import ExperienceAPI
+from echo_rl.replay.persistence import load_buffer, save_buffer
 from echo_rl.replay.priorities import PriorityRules, _check_float, _check_int
 from echo_rl.replay.rate_limiter import DEFAULT, RateLimited, RateLimiter
 from echo_rl.replay.samplers import ReplayNotReadyError, Sampler, make_sampler
@@ -101,7 +102,7 @@ class PrioritizedReplayBuffer(PriorityRules, ExperienceAPI):
         """``config=ReplayConfig(...)`` (the product's form) takes the capacity and every sampling
         parameter from the config, as :meth:`from_config`; then pass none of them here."""
         if config is not None:
-            from echo_rl.config import ReplayConfig
+            from echo_rl.config import ReplayConfig  # needed on this path only
 
             if not isinstance(config, ReplayConfig):
                 raise TypeError(f"config must be a ReplayConfig, got {type(config).__name__}")
@@ -457,16 +458,12 @@ class PrioritizedReplayBuffer(PriorityRules, ExperienceAPI):
     def save(self, path: str | os.PathLike, extra: dict | None = None) -> None:
         """Write contents, priorities, trees, RNG, sampler, rate-limiter and surprise state to one
         ``.npz`` (atomically, fsynced). ``extra``: JSON-able state of the caller saved alongside."""
-        from echo_rl.replay.persistence import save_buffer
-
         save_buffer(self, path, extra)
 
     def load(self, path: str | os.PathLike) -> dict:
         """Restore a buffer written by :meth:`save`: identical contents and sampling state; returns
         the ``extra`` saved with it ({} if none). The file must come from a buffer with the same
         layout (capacity / region sizes)."""
-        from echo_rl.replay.persistence import load_buffer
-
         return load_buffer(self, path)
 
 

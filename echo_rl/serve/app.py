@@ -29,24 +29,13 @@ from echo_rl.config import ConfigError
 from echo_rl.models.chat_template import TemplateLimitError
 from echo_rl.models.backbone import Completion, SamplingParams, TextDelta, TokenLogprob, Usage
 from echo_rl.models.local import ContextLengthError, LocalBackbone
+from echo_rl.serve.engine_host import EngineHost, Generated
+from echo_rl.serve.errors import APIError, ClientGone
+from echo_rl.serve.stream_text import StreamText
 from echo_rl.utils.optional import require
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_JSON_DEPTH = 32  # the deepest valid body is 5 levels; deeper input is refused before validation
-
-
-class ClientGone(Exception):
-    """The client closed its connection before its reply was ready (the request was aborted)."""
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 def create_app(backbone: LocalBackbone, *, model_name: str | None = None, default_max_tokens: int = 256,
@@ -64,12 +53,10 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from echo_rl.serve.schemas import ChatCompletionRequest, CompletionRequest
+    from echo_rl.serve.schemas import ChatCompletionRequest, CompletionRequest  # pydantic: loaded on first use
 
     if not isinstance(backbone, LocalBackbone):
         raise ConfigError(f"echo-rl serve needs a local backbone (checkpoint path or tiny), got {backbone!r}")
-    from echo_rl.serve.engine_host import EngineHost, Generated
-    from echo_rl.serve.stream_text import StreamText
 
     name = model_name or backbone.name
     created = int(time.time())

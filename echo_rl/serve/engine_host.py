@@ -7,7 +7,7 @@ lives on a private asyncio loop in a daemon thread, so it does not depend on
 which loop the HTTP server runs (uvicorn, a test client) and a request handler
 only waits on a future (or, streaming, a queue the engine's per-token hook fills).
 Leaving a stream early (the client went away) cancels the request: the engine
-drops it and frees its slot at its next step. Engine faults become :class:`~echo_rl.serve.app.APIError`
+drops it and frees its slot at its next step. Engine faults become :class:`~echo_rl.serve.errors.APIError`
 here, so the server has one error type.
 """
 
@@ -18,7 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, ExecutionConfig
+from echo_rl.serve.errors import APIError
 
 # Requests wait for admission at most this long (the engine's 30 s default is for RL rollouts, not clients).
 ADMISSION_TIMEOUT_S = 600.0
@@ -36,8 +37,7 @@ class EngineHost:
     """Owns the engine and its loop thread; started on first use, stopped by :meth:`close`."""
 
     def __init__(self, backbone: Any, *, max_concurrent: int = 64) -> None:
-        from echo_rl.config import ExecutionConfig
-        from echo_rl.engine.engine import AsyncExecutionEngine
+        from echo_rl.engine.engine import AsyncExecutionEngine  # torch: loaded on first use
 
         cfg = ExecutionConfig(max_concurrent_rollouts=max_concurrent, timeout=ADMISSION_TIMEOUT_S,
                               max_context_length=backbone.max_context)
@@ -143,8 +143,7 @@ def _api_errors(result: Any) -> Any:
 
 def _as_api_error(exc: Exception) -> Exception:
     """The engine's errors as serve's one error type (anything else is returned as it is)."""
-    from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError
-    from echo_rl.serve.app import APIError
+    from echo_rl.engine.request import ContextLengthError, EngineClosedError, RequestFailedError  # torch: lazily
 
     if isinstance(exc, ContextLengthError):
         return APIError(400, f"This model's maximum context length is exceeded: {exc}", param="max_tokens",

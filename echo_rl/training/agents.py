@@ -10,20 +10,20 @@ benchmark method's ``trainer_agent`` (``echo_rl.evaluation.methods.register_trai
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from echo_rl.config import ConfigError, TrainingConfig, register_name_rule
+from echo_rl.utils.optional import load_attr
 
 # name -> "module:Class" (imported lazily so a config can be validated cheaply) or a registered class
 AGENTS: dict[str, Any] = {
-    "ppo": "echo_rl.training.ppo_agent:PPOAgent",
-    "echo-rl": "echo_rl.training.echo:EchoAgent",
-    "impala": "echo_rl.training.impala_agent:IMPALAAgent",
-    "dqn": "echo_rl.training.dqn_agent:DQNAgent",
+    "ppo": "echo_rl.vector.ppo_agent:PPOAgent",
+    "echo-rl": "echo_rl.vector.echo:EchoAgent",
+    "impala": "echo_rl.vector.impala_agent:IMPALAAgent",
+    "dqn": "echo_rl.vector.dqn_agent:DQNAgent",
 }
-TEXT_AGENT = "echo_rl.training.lm.loop:LMAgent"  # text tasks: one language-model agent for ppo (GRPO) and echo-rl
-RAY_BUILDER = "echo_rl.distributed.ray_backend:build_ray_agent"  # backend=ray: the vector agent on Ray workers
+TEXT_AGENT = "echo_rl.lm.loop:LMAgent"  # text tasks: one language-model agent for ppo (GRPO) and echo-rl
+RAY_BUILDER = "echo_rl.vector.ray_backend:build_ray_agent"  # backend=ray: the vector agent on Ray workers
 VECTOR_ENVS = "echo_rl.environments.minigrid_vector:make_vector_env"
 
 
@@ -35,7 +35,7 @@ def register_agent(name: str, agent: Any) -> None:
 
     ``agent`` is a class (or its ``"module:Class"``) built as ``agent(config, envs, device)`` that implements
     :class:`~echo_rl.training.protocol.Agent` - an on-policy algorithm subclasses
-    :class:`~echo_rl.training.actor_critic_agent.ActorCriticAgent` and writes ``learn(buf)``. Text tasks
+    :class:`~echo_rl.vector.actor_critic_agent.ActorCriticAgent` and writes ``learn(buf)``. Text tasks
     keep training the language-model agent (``ppo`` / ``echo-rl``).
     """
     if not isinstance(name, str) or not name.strip() or name != name.strip():
@@ -58,10 +58,7 @@ register_name_rule("agent", check_agent_name)
 
 
 def _load(target: Any) -> Any:
-    if not isinstance(target, str):
-        return target
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_attr(target) if isinstance(target, str) else target
 
 
 def agent_class(name: str) -> Any:
@@ -77,7 +74,7 @@ def build_agent(config: TrainingConfig, device: Any) -> Any:
 
     if config.text_task:
         agent = _load(TEXT_AGENT)(config, device)
-    elif config.backend == "ray":  # an agent class may name its own Ray builder (dqn: echo_rl.distributed.ray_offpolicy)
+    elif config.backend == "ray":  # an agent class may name its own Ray builder (dqn: echo_rl.vector.ray_offpolicy)
         agent = _load(getattr(agent_class(config.agent), "ray_builder", RAY_BUILDER))(config, device)
     else:
         envs = _load(VECTOR_ENVS)(config.env_name, config.num_actors, asynchronous=config.vector_env == "async",

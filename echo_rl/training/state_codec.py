@@ -41,8 +41,8 @@ from echo_rl.utils.jail import Jail, check_npz
 FORMAT, VERSION = "echo-rl-rollout", 1
 JSON_NAME, NPZ_NAME, SIG_NAME = "rollout.json", "rollout.npz", "rollout.sig"
 # class name -> module: the only classes a rollout file may instantiate (by name, never by a path from the file)
-_CLASSES = {"VectorRolloutCollector": "echo_rl.training.rollout", "RolloutBuffer": "echo_rl.training.rollout",
-            "EpisodeStats": "echo_rl.training.rollout", "_ActorState": "echo_rl.training.echo.agent"}
+_CLASSES = {"VectorRolloutCollector": "echo_rl.vector.rollout", "RolloutBuffer": "echo_rl.vector.rollout",
+            "EpisodeStats": "echo_rl.vector.rollout", "_ActorState": "echo_rl.vector.echo.agent"}
 
 
 class UntrustedState(ConfigError):

@@ -9,7 +9,7 @@ quantities that are a function of (config, seed) — wall-clock figures go to
 
 Text tasks (``config.text_task``: alfworld, webshop, cruxeval, arc, or
 MiniGrid with a ``backbone``) run through the same loop with a language-model
-agent (``echo_rl.training.lm.loop.LMAgent``) whose methods are coroutines: it
+agent (``echo_rl.lm.loop.LMAgent``) whose methods are coroutines: it
 drives the execution engine on this event loop. For them an "env step" is a
 turn and one iteration is one learner update. Their metrics are not
 bit-reproducible: the engine batches concurrent episodes, and batch shapes
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
+from echo_rl.distributed.learner_rank import current as current_learner
 from echo_rl.training.agents import build_agent
 from echo_rl.training.progress import TrainingProgress, WallClock, format_duration, working
 from echo_rl.training.protocol import EVAL_SEED_OFFSET, Agent  # noqa: F401  (EVAL_SEED_OFFSET: re-exported)
@@ -66,7 +67,7 @@ class EchoRLTrainer:
     def __init__(self, config: TrainingConfig, run_dir: str | Path | None = None, resume: bool = False,
                  show_progress: bool = True):
         if config.num_learners > 1:
-            from echo_rl.distributed.data_parallel import check_config
+            from echo_rl.distributed.data_parallel import check_config  # needed on this path only
 
             check_config(config)
             if resume:
@@ -81,9 +82,9 @@ class EchoRLTrainer:
 
     # -- public -----------------------------------------------------------------
     async def train(self) -> TrainingMetrics:
-        if self.config.num_learners > 1 and _learner() is None:
+        if self.config.num_learners > 1 and current_learner() is None:
             # spawn the data-parallel learners; learner 0 trains into this run directory
-            from echo_rl.distributed.data_parallel import run_learners
+            from echo_rl.distributed.data_parallel import run_learners  # needed on this path only
 
             # Ctrl-C reaches the learners (one process group): they agree to stop, checkpoint and return
             ignore = threading.current_thread() is threading.main_thread()
@@ -214,7 +215,7 @@ class EchoRLTrainer:
     async def aevaluate(self, episodes: int | None = None) -> dict[str, float]:
         """:meth:`evaluate` on the running event loop (text agents act through the engine on it).
         Data-parallel learners other than 0 do not evaluate (their weights are learner 0's)."""
-        learner = _learner()
+        learner = current_learner()
         if learner is not None and learner.rank > 0:
             return {}
         return await _maybe_await(self.agent.run_evaluation(episodes or self.config.evaluation_episodes))
@@ -239,7 +240,7 @@ class EchoRLTrainer:
 
     def _stopping(self) -> bool:
         """A stop was asked for (Ctrl-C, :meth:`request_stop`); data-parallel learners stop together."""
-        learner = _learner()
+        learner = current_learner()
         return self._stop if learner is None else learner.any_(self._stop)
 
     def _finished(self, target: int) -> bool:
@@ -252,7 +253,7 @@ class EchoRLTrainer:
 
     def build_agent(self, device: torch.device) -> None:
         """Create the training envs and the agent (untrained, or ready to load a checkpoint)."""
-        learner = _learner()
+        learner = current_learner()
         self.agent = build_agent(self.config if learner is None else learner.local_config(), device)
 
     def _setup(self, device: torch.device) -> int:
@@ -310,23 +311,13 @@ class EchoRLTrainer:
         })
 
 
-def _learner():
-    """This process's data-parallel learner (None: the one learner), without importing torch.distributed."""
-    import sys
-
-    module = sys.modules.get("echo_rl.distributed.data_parallel")
-    return None if module is None else module.current()
-
-
 def _train_learner(rank: int, run_dir: str, show_progress: bool) -> TrainingMetrics | None:
     """One data-parallel learner's run: learner 0 owns ``run_dir`` (metrics, checkpoints, summary); the
     others train alike into a scratch directory that is removed after."""
     import shutil
     import tempfile
 
-    from echo_rl.distributed.data_parallel import current
-
-    config = current().config
+    config = current_learner().config
     if rank == 0:
         return asyncio.run(EchoRLTrainer(config, run_dir, show_progress=show_progress).train())
     scratch = tempfile.mkdtemp(prefix=f"echo_rl_learner{rank}_")

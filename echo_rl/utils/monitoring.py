@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from echo_rl.config.base import ConfigError
+from echo_rl.utils.optional import require
 
 
 def _jsonable(value: Any) -> Any:
@@ -246,8 +247,6 @@ class PerformanceMonitor:
 
     def start_monitoring(self) -> "PerformanceMonitor":
         import threading
-
-        from echo_rl.utils.optional import require
 
         psutil = require("psutil", "eval")
         if self._thread is not None:

@@ -11,7 +11,7 @@ import torch
 
 from echo_rl.algorithms.gae import bootstrap_values, compute_gae
 from echo_rl.evaluation.methods import register_trained
-from echo_rl.training.actor_critic_agent import ActorCriticAgent
+from echo_rl.vector.actor_critic_agent import ActorCriticAgent
 from echo_rl.training.agents import register_agent
 
 

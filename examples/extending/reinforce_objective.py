@@ -8,7 +8,7 @@ advantages and the optimiser step for every objective; ``--set lm_config.objecti
 from echo_rl.algorithms.echo_loss import env_ce_loss
 from echo_rl.algorithms.lm_objectives import ObjectiveTerms
 from echo_rl.algorithms.token_logprobs import ce_mask, response_mask
-from echo_rl.training.lm.objectives import ObjectiveInputs, register_lm_objective
+from echo_rl.lm.objectives import ObjectiveInputs, register_lm_objective
 
 
 def reinforce_loss(x: ObjectiveInputs) -> ObjectiveTerms:

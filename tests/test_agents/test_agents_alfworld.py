@@ -5,8 +5,8 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from echo_rl.agents import ReActAgent, TreeOfThoughtsAgent  # noqa: E402
-from echo_rl.agents.runner import evaluate_text_agent, expert_backbone  # noqa: E402
+from echo_rl.prompting import ReActAgent, TreeOfThoughtsAgent  # noqa: E402
+from echo_rl.prompting.runner import evaluate_text_agent, expert_backbone  # noqa: E402
 
 pytestmark = [pytest.mark.needs_data, pytest.mark.slow]
 

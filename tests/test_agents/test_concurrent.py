@@ -4,10 +4,10 @@ import asyncio
 
 import pytest
 
-from echo_rl.agents.base import EpisodeResult
-from echo_rl.agents.engine_backbone import EngineBackbone, engine_backed
-from echo_rl.agents.react import ReActAgent
-from echo_rl.agents.runner import EpisodeJob, run_episodes
+from echo_rl.prompting.base import EpisodeResult
+from echo_rl.prompting.engine_backbone import EngineBackbone, engine_backed
+from echo_rl.prompting.react import ReActAgent
+from echo_rl.prompting.runner import EpisodeJob, run_episodes
 from echo_rl.config import ConfigError
 from echo_rl.models import ScriptedBackbone
 from echo_rl.models.backbone import Backbone, Completion, Usage

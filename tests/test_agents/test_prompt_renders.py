@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from echo_rl.agents import build_agent
+from echo_rl.prompting import build_agent
 from echo_rl.config import spec
 from echo_rl.models import ScriptedBackbone
 
 from corridor_env import CorridorConfig, CorridorEnv
 
-#: sha256 of the rendered calls, recorded from the formats as they were first written in echo_rl/agents/prompts.py
+#: sha256 of the rendered calls, recorded from the formats as they were first written in echo_rl/prompting/prompts.py
 EXPECTED = {
     "react/alfworld/output": "9dabf92a1f9fbe2a2dea0d9585be4ff3463dc70ed9231494631f8df085000e87",
     "act/alfworld/output": "c34186c5889b2dca2547fc7afeed2f9d7df3c991b5aac4214487d457afae225c",

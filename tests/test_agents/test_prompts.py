@@ -2,7 +2,7 @@
 
 import pytest
 
-from echo_rl.agents.prompts import extract_reply, is_thought, task_format
+from echo_rl.prompting.prompts import extract_reply, is_thought, task_format
 from echo_rl.environments.cruxeval import parse_literal
 
 
@@ -77,7 +77,7 @@ def _registry_restored():
 def test_a_user_task_registers_its_own_reply_format(_registry_restored):
     from corridor_env import CorridorEnv
 
-    from echo_rl.agents import build_agent
+    from echo_rl.prompting import build_agent
     from echo_rl.environments.reply_format import TaskFormat
     from echo_rl.models import ScriptedBackbone
 

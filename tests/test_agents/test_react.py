@@ -2,8 +2,8 @@
 
 import pytest
 
-from echo_rl.agents import ReActAgent, build_agent
-from echo_rl.agents.base import alfworld_kind, clean_alfworld, parse_action, parse_reply
+from echo_rl.prompting import ReActAgent, build_agent
+from echo_rl.prompting.base import alfworld_kind, clean_alfworld, parse_action, parse_reply
 from echo_rl.config import ConfigError
 from echo_rl.models import ScriptedBackbone
 

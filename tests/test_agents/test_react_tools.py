@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from echo_rl.agents.react import ReActAgent
+from echo_rl.prompting.react import ReActAgent
 from echo_rl.environments import registry
 from echo_rl.models.scripted import ScriptedBackbone
 from tests.tool_env import SPEC, NotesEnv

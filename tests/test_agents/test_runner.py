@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from echo_rl.agents.runner import episode_plan, evaluate_text_agent, summarize, wilson_interval
-from echo_rl.agents.base import EpisodeResult
+from echo_rl.prompting.runner import episode_plan, evaluate_text_agent, summarize, wilson_interval
+from echo_rl.prompting.base import EpisodeResult
 from echo_rl.config import ConfigError
 from echo_rl.models import ScriptedBackbone, Usage
 
@@ -86,7 +86,7 @@ def test_cruxeval_answers_are_unwrapped_but_never_repaired(shared_data):
     env = make_env("cruxeval", task="output")
     fenced = ScriptedBackbone(lambda m: f"Answer:\n```python\n{env.expert_action()}\n```")
     env.reset(seed=0, options={"task_index": 0})  # the scripted reply reads this env's current sample
-    from echo_rl.agents.react import ReActAgent
+    from echo_rl.prompting.react import ReActAgent
 
     for i in range(3):
         res = ReActAgent(fenced, task="cruxeval", mode="act").run_episode(env, seed=i, options={"task_index": i})

@@ -2,8 +2,8 @@
 
 import pytest
 
-from echo_rl.agents import TreeOfThoughtsAgent
-from echo_rl.agents.tot import PROPOSE_MARK, VALUE_MARK
+from echo_rl.prompting import TreeOfThoughtsAgent
+from echo_rl.prompting.tot import PROPOSE_MARK, VALUE_MARK
 from echo_rl.config import ConfigError
 from echo_rl.models import ScriptedBackbone
 

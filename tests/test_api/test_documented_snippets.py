@@ -285,8 +285,8 @@ def test_lm_rollouts_close_eta_bw_episodes_on_caps(tiny_lm, cap):
     from echo_rl.config import ExecutionConfig
     from echo_rl.engine.engine import AsyncExecutionEngine
     from echo_rl.environments.minigrid import MiniGridEnvironment
-    from echo_rl.training.lm.chat_delta import ChatRenderer
-    from echo_rl.training.lm.rollout import LMRolloutWorker, RolloutConfig
+    from echo_rl.lm.chat_delta import ChatRenderer
+    from echo_rl.lm.rollout import LMRolloutWorker, RolloutConfig
 
     tok, model = tiny_lm
 

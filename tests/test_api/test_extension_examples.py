@@ -26,7 +26,7 @@ def _registries_restored():
     from echo_rl.environments import registry
     from echo_rl.evaluation import methods
     from echo_rl.training import agents
-    from echo_rl.training.lm import objectives
+    from echo_rl.lm import objectives
 
     registry.text_task_names()  # the built-ins in first
     saved = [(d, dict(d)) for d in (registry._TASKS, agents.AGENTS, methods._METHODS, objectives._OBJECTIVES)]
@@ -65,7 +65,7 @@ def test_the_docs_show_the_example_files_verbatim():
 def test_parity_task_follows_the_text_contract_and_its_split():
     import parity_task  # noqa: F401  (registers "parity")
     from echo_rl.environments.registry import make_env, split_configs, task_spec, text_task_names
-    from echo_rl.training.lm.loop import env_kwargs
+    from echo_rl.lm.rollout import env_kwargs
 
     assert "parity" in text_task_names() and task_spec("parity").data == "none: generated"
     env = make_env("parity", split="test")
@@ -83,8 +83,8 @@ def test_parity_task_follows_the_text_contract_and_its_split():
 
 def test_parity_task_registers_its_reply_format_for_the_prompting_agents():
     import parity_task
-    from echo_rl.agents import build_agent
-    from echo_rl.agents.prompts import task_format
+    from echo_rl.prompting import build_agent
+    from echo_rl.prompting.prompts import task_format
     from echo_rl.environments.registry import make_env
     from echo_rl.models import ScriptedBackbone
 

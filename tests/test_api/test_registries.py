@@ -7,17 +7,17 @@ from echo_rl.config import ConfigError
 from echo_rl.environments import registry
 from echo_rl.environments.registry import TaskSpec, register_task, register_text_env, split_configs, task_spec
 from echo_rl.evaluation import methods
-from echo_rl.models import loader
+from echo_rl.models import resolve
 from echo_rl.models.resolve import resolve_backbone
 from echo_rl.training import agents
-from echo_rl.training.lm import objectives
+from echo_rl.lm import objectives
 
 
 @pytest.fixture(autouse=True)
 def _registries_restored():
     registry.text_task_names()
     saved = [(d, dict(d)) for d in (registry._TASKS, agents.AGENTS, methods._METHODS, objectives._OBJECTIVES,
-                                    loader._REGISTERED)]
+                                    resolve._REGISTERED)]
     yield
     for registered, before in saved:
         registered.clear()
@@ -43,7 +43,7 @@ def test_built_in_tasks_carry_their_metadata_from_their_own_modules():
 
 
 def test_prompting_and_multiline_readers_follow_the_registry():
-    from echo_rl.agents.base import is_multiline_task
+    from echo_rl.prompting.base import is_multiline_task
     from echo_rl.evaluation.runners import agent_task
 
     assert agent_task("minigrid:MiniGrid-Empty-5x5-v0") == "minigrid" and agent_task("arc") == "arc"
@@ -90,7 +90,7 @@ def test_training_and_the_benchmark_read_the_same_resolver():
     pytest.importorskip("transformers")
     from echo_rl.evaluation.methods import get_method
     from echo_rl.models import ScriptedBackbone, register_backbone
-    from echo_rl.training.lm.policy import load_policy
+    from echo_rl.lm.policy import load_policy
 
     register_backbone("mine", lambda config: ScriptedBackbone(lambda messages: "ok", name="mine"))
     with pytest.raises(ConfigError, match="a registered backbone is built by its factory and has no checkpoint"):
@@ -103,13 +103,13 @@ def test_training_and_the_benchmark_read_the_same_resolver():
 
 
 def test_agent_and_objective_registration_errors():
-    from echo_rl.training.lm.learner import LMLearnerConfig
+    from echo_rl.lm.learner import LMLearnerConfig
 
     with pytest.raises(ConfigError, match="agent 'x' is invalid: must be a class or 'module:Class'"):
         agents.register_agent("x", object())
     with pytest.raises(ConfigError, match="name the class as 'module:Class'"):
         agents.register_agent("x", "no_colon")
-    agents.register_agent("lazy", "echo_rl.training.ppo_agent:PPOAgent")
+    agents.register_agent("lazy", "echo_rl.vector.ppo_agent:PPOAgent")
     assert agents.agent_class("lazy").__name__ == "PPOAgent"
     with pytest.raises(ConfigError, match="loss of objective 'x' is invalid: must be callable"):
         objectives.register_lm_objective("x", 3)
@@ -131,7 +131,7 @@ def test_a_multiline_user_task_gets_whole_answers_in_eval_and_the_benchmark(tmp_
     import asyncio
     from dataclasses import dataclass
 
-    from echo_rl.agents.runner import evaluate_text_agent
+    from echo_rl.prompting.runner import evaluate_text_agent
     from echo_rl.config import ConfigBase, spec
     from echo_rl.environments.base import StepOutcome, TextEnvironment, env_output
     from echo_rl.evaluation.benchmark import BenchmarkConfig, EchoRLBenchmark
@@ -184,3 +184,19 @@ def test_registration_names_are_importable_from_the_package():
 
     for name in envs.__all__:
         assert getattr(envs, name) is getattr(registry, name)
+
+
+def test_one_module_attr_loader_for_agents_and_objectives(monkeypatch):
+    """The agent and LM-objective registries name built-ins as "module:attr" and load them one way."""
+    from echo_rl.utils import optional
+
+    calls = []
+    real = optional.load_attr
+    monkeypatch.setattr(optional, "load_attr", lambda target: calls.append(target) or real(target))
+    monkeypatch.setattr(agents, "load_attr", optional.load_attr)
+    monkeypatch.setattr(objectives, "load_attr", optional.load_attr)
+    assert agents.agent_class("ppo").__name__ == "PPOAgent"
+    assert callable(objectives.LMObjective("mine", "echo_rl.algorithms.lm_objectives:grpo_echo_loss").loss_fn())
+    assert calls == ["echo_rl.vector.ppo_agent:PPOAgent", "echo_rl.algorithms.lm_objectives:grpo_echo_loss"]
+    with pytest.raises(ValueError, match="'echo_rl.vector.ppo_agent' is not 'module:attr'"):
+        real("echo_rl.vector.ppo_agent")

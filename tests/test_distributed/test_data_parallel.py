@@ -18,7 +18,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.distributed import data_parallel
 from echo_rl.distributed.data_parallel import DataParallel, run_learners
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.ppo_agent import PPOAgent
+from echo_rl.vector.ppo_agent import PPOAgent
 from echo_rl.training.trainer import EchoRLTrainer
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"
@@ -123,3 +123,20 @@ def test_trainer_with_two_learners_writes_one_run(tmp_path):
     assert [r["step"] for r in rows if "loss/policy" in r] == [32, 64]
     assert set(result.evaluation_results) >= {"success_rate", "episodes"}  # learner 0 evaluated
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["num_updates"] == 2
+
+
+def test_one_answer_to_am_i_a_data_parallel_learner():
+    """The trainer's schedule and the PPO agent's all-reduce read the same record, set by init_learner."""
+    from echo_rl.distributed import learner_rank
+    from echo_rl.training import trainer
+    from echo_rl.vector import ppo_agent
+
+    assert data_parallel.current is learner_rank.current is trainer.current_learner
+    assert ppo_agent.learner_rank is learner_rank and learner_rank.current() is None
+    marker = object()
+    learner_rank.set_current(marker)
+    try:
+        assert data_parallel.current() is marker
+    finally:
+        data_parallel.shutdown_learner()
+    assert learner_rank.current() is None

@@ -14,8 +14,8 @@ import torch
 
 from echo_rl.config import TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.async_actors import LockstepSource
-from echo_rl.training.impala_agent import IMPALAAgent
+from echo_rl.vector.async_actors import LockstepSource
+from echo_rl.vector.impala_agent import IMPALAAgent
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"
 CPU = torch.device("cpu")
@@ -34,7 +34,7 @@ def config(**changes) -> TrainingConfig:
 def test_one_worker_is_the_in_process_learner_with_a_lag_of_one(local_ray):
     """One worker has one rollout in flight, sent the newest weights as the learner takes the last: unroll k
     acts with version k-1. The in-process learner fed that schedule (LockstepSource) learns the same weights."""
-    from echo_rl.distributed.ray_backend import AsyncRemoteCollector, build_ray_agent
+    from echo_rl.vector.ray_backend import AsyncRemoteCollector, build_ray_agent
 
     cfg = config()
     remote = build_ray_agent(cfg, CPU, num_workers=1)
@@ -58,7 +58,7 @@ def test_one_worker_is_the_in_process_learner_with_a_lag_of_one(local_ray):
 
 @pytest.mark.slow  # ~16 s under load: waits for Ray to report and restart the killed worker
 def test_two_workers_keep_the_lag_bounded_and_survive_a_killed_worker(local_ray):
-    from echo_rl.distributed.ray_backend import build_ray_agent
+    from echo_rl.vector.ray_backend import build_ray_agent
 
     agent = build_ray_agent(config(max_policy_lag=2), CPU, num_workers=2)
     try:

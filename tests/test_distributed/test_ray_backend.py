@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.distributed.ray_backend import build_ray_agent, default_num_workers, worker_slices
+from echo_rl.vector.ray_backend import build_ray_agent, default_num_workers, worker_slices
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.ppo_agent import PPOAgent
+from echo_rl.vector.ppo_agent import PPOAgent
 
 DOORKEY = "minigrid:MiniGrid-DoorKey-5x5-v0"
 CPU = torch.device("cpu")
@@ -118,7 +118,7 @@ def test_one_worker_reproduces_the_in_process_run(local_ray, task):
 
 @needs_ray
 def test_impala_on_one_worker_reproduces_the_in_process_run(local_ray):
-    from echo_rl.training.impala_agent import IMPALAAgent
+    from echo_rl.vector.impala_agent import IMPALAAgent
 
     cfg = small_config(agent="impala")
     local = IMPALAAgent(cfg.replace(backend="local"), make_vector_env(DOORKEY, cfg.num_actors), CPU)
@@ -136,7 +136,7 @@ def test_impala_on_one_worker_reproduces_the_in_process_run(local_ray):
 @needs_ray
 def test_two_workers_collect_what_their_slices_collect_in_process(local_ray):
     """Per update, the joined batch is each slice's rollout with the learner's current weights, in env order."""
-    from echo_rl.distributed.ray_backend import ROLLOUT_FIELDS, RolloutWorker
+    from echo_rl.vector.ray_backend import ROLLOUT_FIELDS, RolloutWorker
 
     cfg = small_config()
     remote = build_ray_agent(cfg, CPU, num_workers=2)
@@ -317,7 +317,7 @@ def echo_config(**changes) -> TrainingConfig:
 @needs_ray
 def test_echo_rl_on_one_worker_reproduces_the_in_process_run(local_ray):
     """The plan-path actor on a Ray worker, EchoAgent's learner here: the run is the in-process run."""
-    from echo_rl.training.echo import EchoAgent
+    from echo_rl.vector.echo import EchoAgent
 
     cfg = echo_config()
     local = EchoAgent(cfg.replace(backend="local"), make_vector_env(DOORKEY, cfg.num_actors, max_steps=10), CPU)
@@ -340,8 +340,8 @@ def test_echo_rl_on_one_worker_reproduces_the_in_process_run(local_ray):
 def test_echo_rl_two_workers_join_plans_windows_and_replay_state(local_ray):
     """Per update, each slice's extra fields (episode ids, plan noise and means, next observations, the k states
     before the rollout) land at its envs; the rollout state carries the workers and the replay."""
-    from echo_rl.distributed.ray_acting import EchoActing
-    from echo_rl.distributed.ray_backend import slice_config
+    from echo_rl.vector.ray_acting import EchoActing
+    from echo_rl.vector.ray_backend import slice_config
 
     cfg = echo_config()
     remote = build_ray_agent(cfg, CPU, num_workers=2)

@@ -1,4 +1,4 @@
-"""LM rollouts on Ray workers (distributed/ray_lm.py): exactness against the in-process run, two workers,
+"""LM rollouts on Ray workers (lm/ray_lm.py): exactness against the in-process run, two workers,
 bounded staleness, resume, and the config rules."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ pytest.importorskip("ray")
 pytest.importorskip("transformers")
 
 from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
-from echo_rl.distributed.ray_lm import BandwidthRecorder, replay_bandwidth, split  # noqa: E402
+from echo_rl.lm.ray_lm import BandwidthRecorder, replay_bandwidth, split  # noqa: E402
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker  # noqa: E402
-from echo_rl.training.lm.loop import LMAgent  # noqa: E402
+from echo_rl.lm.loop import LMAgent  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -144,9 +144,9 @@ def test_batches_joined_after_a_drop_keep_their_groups_apart():
 
     import numpy as np
 
-    from echo_rl.distributed.ray_lm import RayLMGenerator
-    from echo_rl.training.lm.generator import RolloutBatch
-    from echo_rl.training.lm.rollout import RolloutConfig
+    from echo_rl.lm.ray_lm import RayLMGenerator
+    from echo_rl.lm.generator import RolloutBatch
+    from echo_rl.lm.rollout import RolloutConfig
 
     def traj(group: int, version: int) -> SimpleNamespace:
         return SimpleNamespace(group_id=group, episode_id=group, policy_version=version, num_turns=1)

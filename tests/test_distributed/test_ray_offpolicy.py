@@ -34,11 +34,11 @@ def test_a_restarted_worker_is_reseeded_from_run_seed_slot_and_restart_count():
     """Restart 0 gives the slice the in-process env seeds; restart t the same seeds + RESEED_STRIDE·t, every time."""
     import numpy as np
 
-    from echo_rl.distributed.ray_backend import RESEED_STRIDE, WorkerNotReady, worker_slices
-    from echo_rl.distributed.ray_offpolicy import DQNWorker
+    from echo_rl.vector.ray_backend import RESEED_STRIDE, WorkerNotReady, worker_slices
+    from echo_rl.vector.ray_offpolicy import DQNWorker
     from echo_rl.environments.minigrid_vector import actor_seeds, make_vector_env
-    from echo_rl.training.offpolicy_replay import ReplayFeed, transition_example
-    from echo_rl.training.rollout import VectorRolloutCollector
+    from echo_rl.vector.offpolicy_replay import ReplayFeed, transition_example
+    from echo_rl.vector.rollout import VectorRolloutCollector
 
     cfg = ray_config(env_name="minigrid:MiniGrid-DoorKey-5x5-v0")  # random layouts: observations show the seed
     probe = make_vector_env(cfg.env_name, 4)
@@ -76,7 +76,7 @@ def test_a_restarted_worker_is_reseeded_from_run_seed_slot_and_restart_count():
 def _secret_feed(cfg):
     """The learner's feed as on a cluster: listening off 127.0.0.1 (127.0.0.2, still this host), so with a secret."""
     from echo_rl.environments.minigrid_vector import make_vector_env
-    from echo_rl.training.offpolicy_replay import ReplayFeed, transition_example
+    from echo_rl.vector.offpolicy_replay import ReplayFeed, transition_example
 
     probe = make_vector_env(cfg.env_name, 1)
     space = probe.single_observation_space
@@ -86,8 +86,8 @@ def _secret_feed(cfg):
 
 def test_a_worker_connects_with_the_secret_its_reset_call_hands_it():
     from echo_rl.distributed import ReplayServerError
-    from echo_rl.distributed.ray_backend import worker_slices
-    from echo_rl.distributed.ray_offpolicy import DQNWorker
+    from echo_rl.vector.ray_backend import worker_slices
+    from echo_rl.vector.ray_offpolicy import DQNWorker
 
     cfg = ray_config()
     feed = _secret_feed(cfg)
@@ -110,7 +110,7 @@ def test_ray_workers_get_the_secret_in_a_call_not_their_creation_args(local_ray,
     """A Ray actor's constructor arguments stay in the GCS; the workers' hold no secret, yet they write."""
     from dist_helpers import holds, spy_actor_creation
 
-    from echo_rl.distributed.ray_offpolicy import RayDQNAgent
+    from echo_rl.vector.ray_offpolicy import RayDQNAgent
 
     class ClusterFeedAgent(RayDQNAgent):
         def make_feed(self):
@@ -131,7 +131,7 @@ def test_ray_workers_get_the_secret_in_a_call_not_their_creation_args(local_ray,
 
 @needs_ray
 def test_ray_workers_write_every_env_step_to_the_server_and_the_learner_trains(local_ray):
-    from echo_rl.distributed.ray_offpolicy import RayDQNAgent
+    from echo_rl.vector.ray_offpolicy import RayDQNAgent
 
     agent = build_agent(ray_config(), CPU)
     try:
@@ -227,7 +227,7 @@ def test_a_worker_killed_mid_run_is_restarted_and_the_run_finishes_its_budget(lo
 
 @needs_ray
 def test_a_worker_past_its_restart_limit_stops_the_run_with_a_one_line_error(local_ray):
-    from echo_rl.distributed.ray_offpolicy import build_ray_dqn
+    from echo_rl.vector.ray_offpolicy import build_ray_dqn
 
     agent = build_ray_dqn(ray_config(), CPU, max_restarts=0)
     try:

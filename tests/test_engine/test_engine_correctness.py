@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from echo_rl.core.async_execution import AsyncExecutionEngine, ContextLengthError, ExecutionConfig
-from echo_rl.training.lm.session import EpisodeSession
+from echo_rl.lm.session import EpisodeSession
 from .helpers import hf_greedy, run, tiny_model
 
 KINDS = ["llama-mha", "llama-gqa", "qwen2-gqa", "qwen3-gqa"]
@@ -318,7 +318,7 @@ def test_unsupported_model_is_refused():
 
 def test_episode_sessions_build_a_trajectory_and_feed_eta_bw():
     """The episode form of submit_rollout lives with the generator (training), on its trajectory accumulator."""
-    from echo_rl.training.lm.session import EpisodeSessions
+    from echo_rl.lm.session import EpisodeSessions
     from echo_rl.types import role_names
 
     model = tiny_model("llama-gqa")

@@ -15,7 +15,7 @@ from echo_rl.config import ExecutionConfig
 from echo_rl.engine.request import ContextLengthError
 from echo_rl.engine.vllm_backend import VLLMExecutionEngine
 from echo_rl.kernels.sequence import prefix_match
-from echo_rl.training.lm.session import EpisodeSessions
+from echo_rl.lm.session import EpisodeSessions
 from echo_rl.types import ACTION
 
 

@@ -1,4 +1,4 @@
-"""Side-by-side timing: rliable vs echo_rl.evaluation.statistics on one score matrix (not a test).
+"""Side-by-side timing: rliable vs echo_rl.utils.statistics on one score matrix (not a test).
 
     python tests/test_evaluation/bench_statistics_vs_rliable.py [--reps 10000]
 """
@@ -10,7 +10,7 @@ import numpy as np
 from rliable import library
 from rliable import metrics as rm
 
-from echo_rl.evaluation import statistics as st
+from echo_rl.utils import statistics as st
 
 
 def main() -> None:

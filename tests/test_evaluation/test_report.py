@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from echo_rl.cli import main
-from echo_rl.evaluation import statistics as st
-from echo_rl.evaluation.benchmark import BenchmarkConfig, EchoRLBenchmark
+from echo_rl.utils import statistics as st
+from echo_rl.evaluation.benchmark import BenchmarkConfig, EchoRLBenchmark, load_run
 from echo_rl.evaluation.metrics import cell_metrics
 from echo_rl.evaluation.records import CellOutcome, CellStore, EpisodeRecord
 from echo_rl.evaluation.report import summarize, write_report
@@ -73,8 +73,6 @@ def run_dir(tmp_path):
 
 def test_summary_statistics_from_cells(run_dir):
     path, a, b = run_dir
-    from echo_rl.evaluation.report import load_run
-
     config, records = load_run(path)
     s = summarize(config, records, seed=0)
     row = next(r for r in s["rows"] if r["task"] == "minigrid" and r["label"] == "random")
@@ -101,13 +99,13 @@ def test_report_command_regenerates(run_dir, capsys):
         assert (path / "plots" / f"{name}.png").is_file()
     assert not (path / "plots" / "learning_curves.png").exists()  # no trained method: nothing to draw
     before = (path / "results.csv").read_text()
-    write_report(path, plots=False)
+    write_report(path, *load_run(path), plots=False)
     assert (path / "results.csv").read_text() == before
     # a cell left by a run with other settings (another fingerprint) stays out of the tables
     stale = CellStore(path).records()[0]
     stale.update(seed=7, fingerprint="other-settings")
     CellStore(path).save(stale)
-    write_report(path, plots=False)
+    write_report(path, *load_run(path), plots=False)
     assert (path / "results.csv").read_text() == before
 
 
@@ -158,7 +156,7 @@ def test_episodes_the_harness_could_not_run_are_named_in_the_report(run_dir):
     rec = next(r for r in store.records() if (r["task"], r["method"], r["seed"]) == ("minigrid", "random", 1))
     rec["notes"] = {"num_episode_errors": 3, "episode_errors": ["OSError: [Errno 28] No space left on device"]}
     store.save(rec)
-    write_report(path, plots=False)
+    write_report(path, *load_run(path), plots=False)
     md = (path / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| minigrid | random |"))
     assert "(3 episodes errored)" in row

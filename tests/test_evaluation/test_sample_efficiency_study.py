@@ -22,7 +22,7 @@ def _cell(method, env, seed, successes, budget=100_000, sha="a" * 64, commit="c0
     curve = [{"step": every * (i + 1), "success_rate": s, "avg_reward": s, "wall_s": 1.0}
              for i, s in enumerate(successes)]
     return {"method": method, "env": env, "seed": seed, "total_steps": budget, "curve": curve, "wall_s": 60.0,
-            "stopped_early": stopped, "agent_file": "echo_rl/training/ppo_agent.py", "agent_file_sha256": sha,
+            "stopped_early": stopped, "agent_file": "echo_rl/vector/ppo_agent.py", "agent_file_sha256": sha,
             "git_commit": commit}
 
 
@@ -94,7 +94,7 @@ def test_a_real_cell_records_its_curve_provenance_and_stops_early(se, tmp_path):
                       out=str(tmp_path), early_stop=2, threshold=0.0)
     assert res["stopped_early"] and [p["step"] for p in res["curve"]] == [2048, 4096]
     saved = json.loads((tmp_path / "cells" / "ppo__MiniGrid-Empty-5x5-v0__0.json").read_text())
-    assert saved["agent_file"] == "echo_rl/training/ppo_agent.py" and len(saved["agent_file_sha256"]) == 64
+    assert saved["agent_file"] == "echo_rl/vector/ppo_agent.py" and len(saved["agent_file_sha256"]) == 64
     assert not (tmp_path / "partial").exists() or not any((tmp_path / "partial").iterdir())
     assert np.isfinite([p["success_rate"] for p in saved["curve"]]).all()
 

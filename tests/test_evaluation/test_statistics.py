@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from echo_rl.evaluation import statistics as st
+from echo_rl.utils import statistics as st
 
 
 def test_known_answers():

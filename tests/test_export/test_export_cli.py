@@ -86,8 +86,21 @@ def test_corrupt_and_foreign_files_are_config_errors(tmp_path):
     st.write_bytes(st.read_bytes()[:-4])  # the header intact, the data cut short
     with pytest.raises(ConfigError, match="not a loadable safetensors policy"):
         load_policy(st)
-    with pytest.raises(ConfigError, match="neither a run directory, an exported .onnx/.safetensors file nor a hub"):
-        load_policy("hub:no-such-model")
+    with pytest.raises(ConfigError, match="'hub:no-such-model' is neither a run directory nor an exported "
+                                          ".onnx/.safetensors"):
+        load_policy("hub:no-such-model")  # export knows files; hub names are the hub's
+
+
+def test_echo_rl_load_policy_adds_hub_names(tmp_path):
+    import echo_rl
+    from echo_rl.hub import models
+
+    assert echo_rl.load_policy is models.load_policy
+    with pytest.raises(ConfigError, match="unknown hub model 'no-such-model'; allowed: "):
+        echo_rl.load_policy("hub:no-such-model")
+    with pytest.raises(ConfigError, match="neither a run directory, an exported .onnx/.safetensors file nor a hub "
+                                          "model; hub models: "):
+        echo_rl.load_policy(tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("which", ["ppo_run", "echo_run"])

@@ -23,3 +23,18 @@ def test_ppo_minigrid_app_takes_any_minigrid_env():
     config = build_config(build_parser().parse_args(argv))
     assert config.env_name == "minigrid:MiniGrid-Empty-8x8-v0" and config.seed == 3
     assert config.total_timesteps == 4096 and argv[-2:] == ["--run-dir", "/tmp/x"]
+
+
+def test_ppo_minigrid_app_runs_the_train_command_not_the_cli(monkeypatch, capsys):
+    """Library code calls the train command's function (no echo_rl.cli); bad input is one line and exit 2."""
+    from echo_rl.commands import train
+    from echo_rl.hub.apps import ppo_minigrid
+
+    seen = []
+    monkeypatch.setattr(train, "run", lambda args: seen.append(build_config(args)) or 0)
+    assert ppo_minigrid.main(["--env-id", "MiniGrid-Empty-5x5-v0", "--timesteps", "64"]) == 0
+    assert seen[0].env_name == "minigrid:MiniGrid-Empty-5x5-v0" and seen[0].total_timesteps == 64
+    monkeypatch.undo()
+    assert ppo_minigrid.main(["--env-id", "MiniGrid-Nope-v0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "unknown MiniGrid env id 'MiniGrid-Nope-v0'" in err

@@ -7,7 +7,7 @@ import pytest
 
 from echo_rl.cli import main
 from echo_rl.config import TrainingConfig
-from echo_rl.evaluation.statistics import aggregate_iqm, probability_of_improvement
+from echo_rl.utils.statistics import aggregate_iqm, probability_of_improvement
 from echo_rl.hub import scores
 
 

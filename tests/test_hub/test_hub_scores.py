@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from echo_rl.config import ConfigError
-from echo_rl.evaluation.statistics import aggregate_iqm, stratified_bootstrap_ci
+from echo_rl.utils.statistics import aggregate_iqm, stratified_bootstrap_ci
 from echo_rl.hub import scores
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text().splitlines()
@@ -96,7 +96,7 @@ def test_sample_efficiency_per_cell_tables(name, header_nth, seeds):
                                               ("sample-efficiency-doorkey8x8-heldout", 1)])
 def test_sample_efficiency_aggregates_follow_from_the_cells(name, header_nth):
     """The document's IQM of steps to 0.9 (and its CI, pooled and held-out rows) from the hub's cells, with
-    echo_rl.evaluation.statistics as the study's report computed it (50,000 resamples, seed 0)."""
+    echo_rl.utils.statistics as the study's report computed it (50,000 resamples, seed 0)."""
     study = scores.load(name)
     rows = _table_after("| method | scope (budget) |", header_nth)
     for method, scope, seeds, reached, *_, steps_iqm, _time in rows:

@@ -5,8 +5,8 @@ import pytest
 pytest.importorskip("textworld", reason="ALFWorld needs pip install 'echo-rl[alfworld]'")
 pytest.importorskip("alfworld", reason="ALFWorld needs pip install 'echo-rl[alfworld]'")
 
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.sft import expert_trajectory  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.sft import expert_trajectory  # noqa: E402
 from echo_rl.types import ENV_OUTPUT, WARNING  # noqa: E402
 
 

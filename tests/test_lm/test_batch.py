@@ -3,9 +3,9 @@
 import torch
 
 from echo_rl.algorithms.echo_loss import echo_loss
-from echo_rl.training.lm.batch import collate
-from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.trajectory import TrajectoryBuilder
+from echo_rl.lm.batch import collate
+from echo_rl.lm.chat_delta import ChatRenderer
+from echo_rl.lm.trajectory import TrajectoryBuilder
 
 
 def _traj(r, reward, obs, group):

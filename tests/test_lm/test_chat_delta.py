@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from echo_rl.training.lm.chat_delta import ChatRenderer, TemplatePrefixError, check_prefix_preserving
-from echo_rl.training.lm.trajectory import TrajectoryBuilder
+from echo_rl.lm.chat_delta import ChatRenderer, TemplatePrefixError, check_prefix_preserving
+from echo_rl.lm.trajectory import TrajectoryBuilder
 from echo_rl.types import ACTION, ENV_OUTPUT, ROLE_NAMES, TEMPLATE, WARNING
 
 FIRST = [("env_output", "You are in a room. You see a key 1 and a door 1.")]

@@ -9,14 +9,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import echo_rl.training.lm.learner as learner_mod  # noqa: E402
+import echo_rl.lm.learner as learner_mod  # noqa: E402
 from echo_rl.algorithms.token_logprobs import hidden_logprobs, sequence_logprobs  # noqa: E402
 from echo_rl.config import PlanningConfig  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
-from echo_rl.training.lm.plan import LMPlanner  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.plan import LMPlanner  # noqa: E402
 
-from echo_rl.training.lm.trajectory import TrajectoryBuilder  # noqa: E402
+from echo_rl.lm.trajectory import TrajectoryBuilder  # noqa: E402
 
 
 def _traj(r, k, version, **info):

@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("transformers")
 
 from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 from tests.test_lm.test_loop import _cfg, checkpoint, save_checkpoint  # noqa: E402,F401
 
@@ -34,7 +34,7 @@ def test_bf16_run_trains_with_fp32_master_weights_and_a_bf16_engine(checkpoint, 
 def test_bf16_logprobs_are_close_to_fp32_and_graded(checkpoint):
     import transformers
 
-    from echo_rl.training.lm.batch import collate
+    from echo_rl.lm.batch import collate
     from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, TokenTrajectory
 
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint)

@@ -13,10 +13,10 @@ transformers = pytest.importorskip("transformers")
 from echo_rl.config import BandwidthConfig, ExecutionConfig, PlanningConfig  # noqa: E402
 from echo_rl.environments.minigrid import MiniGridEnvironment  # noqa: E402
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.generator import LMGenerator, WeightUpdate  # noqa: E402
-from echo_rl.training.lm.plan import LMPlanner  # noqa: E402
-from echo_rl.training.lm.rollout import CandidateScorer, RolloutConfig  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.generator import LMGenerator, WeightUpdate  # noqa: E402
+from echo_rl.lm.plan import LMPlanner  # noqa: E402
+from echo_rl.lm.rollout import CandidateScorer, RolloutConfig  # noqa: E402
 
 
 def _model(vocab):

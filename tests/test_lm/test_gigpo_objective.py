@@ -13,9 +13,9 @@ from echo_rl.algorithms.echo_loss import echo_loss_from_logprobs  # noqa: E402
 from echo_rl.algorithms.gigpo import gigpo_advantages, token_advantages  # noqa: E402
 from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
 from echo_rl.config import ConfigError  # noqa: E402
-from echo_rl.training.lm.batch import collate  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.batch import collate  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 from test_loop import _cfg, _rows, save_checkpoint  # noqa: E402
@@ -118,8 +118,8 @@ def test_the_rollout_records_each_turns_anchor_state(chatml_tokenizer, anchor):
     from echo_rl.engine.engine import AsyncExecutionEngine
     from echo_rl.environments.base import TextEnvironment
     from echo_rl.environments.minigrid import MiniGridEnvironment
-    from echo_rl.training.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
-    from echo_rl.training.lm.trajectory import observation_text
+    from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
+    from echo_rl.lm.trajectory import observation_text
 
     renderer, model = ChatRenderer(chatml_tokenizer), _tiny_model(chatml_tokenizer).eval()
     cfg = RolloutConfig(action_mode="choose", max_turns=3, temperature=0.0, anchor_state=anchor)

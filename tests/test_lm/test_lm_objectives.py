@@ -16,9 +16,9 @@ from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, response_ma
                                                sequence_logprobs)
 from echo_rl.config import ConfigError  # noqa: E402
 from echo_rl.models import ScriptedBackbone  # noqa: E402
-from echo_rl.training.lm.batch import collate  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.batch import collate  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 from test_loop import _cfg, _rows, save_checkpoint  # noqa: E402
@@ -124,7 +124,7 @@ def test_bad_objective_combinations_are_one_clear_error(checkpoint, tmp_path, mo
 @pytest.mark.parametrize("reward, weight", [("rlaif", 1.0), ("mix", 0.25)])
 def test_rlaif_rewards_come_from_the_judge(checkpoint, tmp_path, monkeypatch, reward, weight):
     """The judge's score (scripted here) becomes the reward the learner normalises; the env return is kept apart."""
-    from echo_rl.training.lm.loop import LMAgent
+    from echo_rl.lm.loop import LMAgent
 
     seen = {}
     original = LMLearner.update

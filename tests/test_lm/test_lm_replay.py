@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from echo_rl.config import ReplayConfig
-from echo_rl.training.lm.chat_delta import ChatRenderer
-from echo_rl.training.lm.replay import TrajectoryReplay
-from echo_rl.training.lm.trajectory import TrajectoryBuilder
+from echo_rl.lm.chat_delta import ChatRenderer
+from echo_rl.lm.replay import TrajectoryReplay
+from echo_rl.lm.trajectory import TrajectoryBuilder
 
 
 def _trajs(r, version):
@@ -65,7 +65,7 @@ def test_a_sample_drawn_stale_is_dropped_not_returned(chatml_tokenizer):
 def test_learner_accepts_replayed_advantages_and_weights(chatml_tokenizer):
     import transformers
 
-    from echo_rl.training.lm.learner import LMLearner
+    from echo_rl.lm.learner import LMLearner
 
     r = ChatRenderer(chatml_tokenizer)
     rep = _replay()

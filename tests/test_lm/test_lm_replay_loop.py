@@ -8,10 +8,10 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from echo_rl.config import ReplayConfig  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner  # noqa: E402
-from echo_rl.training.lm.replay import TrajectoryReplay  # noqa: E402
-from echo_rl.training.lm.trajectory import TrajectoryBuilder  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
+from echo_rl.lm.replay import TrajectoryReplay  # noqa: E402
+from echo_rl.lm.trajectory import TrajectoryBuilder  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 from test_loop import _cfg, _rows, save_checkpoint  # noqa: E402

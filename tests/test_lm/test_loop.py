@@ -10,8 +10,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
-from echo_rl.training.lm.chat_delta import TemplatePrefixError  # noqa: E402
-from echo_rl.training.lm.loop import HELD_OUT_SEED_BASE, LMAgent, env_kwargs, load_policy  # noqa: E402
+from echo_rl.lm.chat_delta import TemplatePrefixError  # noqa: E402
+from echo_rl.lm.loop import HELD_OUT_SEED_BASE, LMAgent, load_policy  # noqa: E402
+from echo_rl.lm.rollout import env_kwargs  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 
@@ -192,7 +193,7 @@ def test_stops_at_the_step_budget_even_below_one_batch(checkpoint, tmp_path):
 
 
 def test_valid_action_rate_counts_turns_without_a_warning():
-    from echo_rl.training.lm.loop import valid_action_rate
+    from echo_rl.lm.loop import valid_action_rate
     from echo_rl.types import TokenTrajectory
 
     # prompt [0 0] | act 1 | env 2 2 | act 1 1 | warning 3 env 2 | act 1 | template 0 (episode ended)
@@ -205,7 +206,7 @@ def test_valid_action_rate_counts_turns_without_a_warning():
 
 
 def test_defaults_follow_the_backbone_and_explicit_values_win():
-    from echo_rl.training.lm.loop import resolve_lm_defaults
+    from echo_rl.lm.loop import resolve_lm_defaults
 
     cfg = TrainingConfig(env_name="minigrid", backbone="tiny")
     tiny, real = resolve_lm_defaults(cfg, tiny=True).lm_config, resolve_lm_defaults(cfg, tiny=False).lm_config

@@ -9,7 +9,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft", reason="LoRA needs pip install 'echo-rl[lora]'")
 
 from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
-from echo_rl.training.lm.lora import add_lora, is_lora, merged_state_dict, plain_copy  # noqa: E402
+from echo_rl.lm.lora import add_lora, is_lora, merged_state_dict, plain_copy  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 from test_loop import _cfg, checkpoint  # noqa: E402,F401  (the fixture)

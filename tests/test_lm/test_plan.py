@@ -15,12 +15,12 @@ from echo_rl.config import ExecutionConfig, PlanningConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments.minigrid import MiniGridEnvironment  # noqa: E402
 from echo_rl.planning import PlanDistribution  # noqa: E402
-from echo_rl.training.lm.batch import collate  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
-from echo_rl.training.lm.plan import (EpisodePlan, LMPlanner, observation_spans, plan_kl,  # noqa: E402
+from echo_rl.lm.batch import collate  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.plan import (EpisodePlan, LMPlanner, observation_spans, plan_kl,  # noqa: E402
                                       planned_forward, turn_embeddings)
-from echo_rl.training.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig  # noqa: E402
+from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig  # noqa: E402
 from echo_rl.types import ACTION  # noqa: E402
 
 

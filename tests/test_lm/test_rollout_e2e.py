@@ -11,11 +11,11 @@ from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
 from echo_rl.config import ExecutionConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments.minigrid import ACTION_WORDS, MiniGridEnvironment  # noqa: E402
-from echo_rl.training.lm.batch import collate  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
-from echo_rl.training.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig  # noqa: E402
-from echo_rl.training.lm.sft import expert_trajectory  # noqa: E402
+from echo_rl.lm.batch import collate  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig  # noqa: E402
+from echo_rl.lm.sft import expert_trajectory  # noqa: E402
 from echo_rl.types import ACTION  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from echo_rl.training.lm.sft import sft_batches
+from echo_rl.lm.sft import sft_batches
 
 
 def test_full_batch_every_step():

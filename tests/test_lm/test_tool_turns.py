@@ -19,11 +19,11 @@ from echo_rl.config import ExecutionConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments import registry  # noqa: E402
 from echo_rl.environments.reply_format import task_format  # noqa: E402
-from echo_rl.training.lm.batch import collate  # noqa: E402
-from echo_rl.training.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.training.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
-from echo_rl.training.lm.rollout import LMRolloutWorker, RolloutConfig  # noqa: E402
-from echo_rl.training.lm.sft import expert_trajectory  # noqa: E402
+from echo_rl.lm.batch import collate  # noqa: E402
+from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
+from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.rollout import LMRolloutWorker, RolloutConfig  # noqa: E402
+from echo_rl.lm.sft import expert_trajectory  # noqa: E402
 from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, WARNING  # noqa: E402
 from tests.tool_env import SPEC, NotesEnv  # noqa: E402
 
@@ -193,7 +193,7 @@ def test_200_rollouts_train_on_exactly_the_sampled_and_rendered_tokens(notes_tas
 
 def test_a_tool_use_task_trains_through_the_trainer(notes_task, chatml_tokenizer, tmp_path):
     """The task is only its env file and spec: SFT demos, rollouts and the held-out pool all follow its protocol."""
-    from echo_rl.training.lm.loop import LMAgent
+    from echo_rl.lm.loop import LMAgent
     from echo_rl.training.trainer import EchoRLTrainer
     from tests.test_lm.test_loop import _cfg, save_checkpoint
 

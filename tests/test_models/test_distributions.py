@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from echo_rl.models.distributions import sample_categorical
-from echo_rl.training.rollout import sample_policy, torch_generator
+from echo_rl.vector.rollout import sample_policy, torch_generator
 
 
 def test_sample_categorical_draws_what_multinomial_draws():

@@ -40,7 +40,7 @@ def test_padding_idx_falls_back_to_torch():
 def test_echo_agent_trunk_uses_it():
     from echo_rl.config import TrainingConfig
     from echo_rl.environments.minigrid_vector import make_vector_env
-    from echo_rl.training.echo import EchoAgent
+    from echo_rl.vector.echo import EchoAgent
 
     cfg = TrainingConfig(env_name="minigrid:MiniGrid-Empty-5x5-v0", agent="echo-rl", num_actors=2, batch_size=16,
                          total_timesteps=1000).with_overrides({"echo_config.replay_updates": 0})

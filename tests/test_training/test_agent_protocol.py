@@ -12,10 +12,10 @@ import torch
 from echo_rl import EchoRLTrainer, TrainingConfig
 from echo_rl.training import agents as agents_module, trainer as trainer_module
 from echo_rl.training.agents import build_agent
-from echo_rl.training.echo_agent import EchoAgent
-from echo_rl.training.impala_agent import IMPALAAgent
-from echo_rl.training.lm.loop import LMAgent
-from echo_rl.training.ppo_agent import PPOAgent
+from echo_rl.vector.echo import EchoAgent
+from echo_rl.vector.impala_agent import IMPALAAgent
+from echo_rl.lm.loop import LMAgent
+from echo_rl.vector.ppo_agent import PPOAgent
 from echo_rl.training.protocol import AGENT_MEMBERS, Agent, AgentBase, missing_members
 
 SMALL = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", total_timesteps=512, num_actors=2, batch_size=64,

@@ -41,7 +41,7 @@ def test_deterministic_actions_are_the_mode_and_ignore_the_generator(task):
     ("echo-rl", {"echo_config.sequence_length": 8, "replay_config.max_replay_age": 64})])
 def test_evaluation_acts_with_the_mode_when_configured(monkeypatch, agent_name, overrides, det):
     """The config flag reaches every agent's evaluation: the mode (DQN: epsilon 0) or, by default, sampling."""
-    import echo_rl.training.dqn_agent as dqn
+    import echo_rl.vector.dqn_agent as dqn
 
     seen = []
     agent = _agent("minigrid:MiniGrid-Empty-5x5-v0", agent_name, evaluation_deterministic=det, **overrides)

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_dqn_is_registered():
-    assert AGENTS["dqn"] == "echo_rl.training.dqn_agent:DQNAgent"
+    assert AGENTS["dqn"] == "echo_rl.vector.dqn_agent:DQNAgent"
 
 
 def test_every_env_step_goes_through_the_server_over_shared_memory():

@@ -7,8 +7,8 @@ import torch
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
 from echo_rl.training.agents import agent_class, check_agent_name
-from echo_rl.training.echo import EchoAgent, unfold_windows
-from echo_rl.training.self_imitation import SelfImitationReplay
+from echo_rl.vector.echo import EchoAgent, unfold_windows
+from echo_rl.vector.self_imitation import SelfImitationReplay
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"
 
@@ -24,9 +24,7 @@ def make_agent(num_actors=4, batch_size=64, env=ENV, env_kwargs=None, total_time
 
 
 def test_registered_and_unknown_agent_is_one_line_error():
-    from echo_rl.training import echo_agent
-
-    assert agent_class("echo-rl") is EchoAgent is echo_agent.EchoAgent  # the old import path still works
+    assert agent_class("echo-rl") is EchoAgent
     assert agent_class("impala").__name__ == "IMPALAAgent"
     with pytest.raises(ConfigError) as e:
         check_agent_name("echo")
@@ -153,7 +151,7 @@ def test_echo_agent_learns_empty_5x5():
 
 def test_all_parts_off_is_ppo():
     """With every part off the agent is PPO: same initial weights, actions and updates."""
-    from echo_rl.training.ppo_agent import PPOAgent
+    from echo_rl.vector.ppo_agent import PPOAgent
 
     cfg = TrainingConfig(env_name=ENV, agent="ppo", num_actors=4, batch_size=64, total_timesteps=10_000,
                          seed=3).with_overrides({"ppo_config.batch_size": 32, "ppo_config.num_epochs": 2})
@@ -278,7 +276,7 @@ def test_replay_too_big_for_checkpoints_warns_once_when_built(monkeypatch):
     """A replay over the checkpoint limit is said once, at construction; checkpoints then leave it out quietly."""
     import warnings
 
-    from echo_rl.training.echo import adder
+    from echo_rl.vector.echo import adder
 
     monkeypatch.setattr(adder, "REPLAY_CHECKPOINT_LIMIT", 1024)
     with pytest.warns(UserWarning, match="replay preallocates .*max_replay_age"):

@@ -20,7 +20,7 @@ from echo_rl.replay.buffer import PrioritizedReplayBuffer
 from echo_rl.replay.hot_cold import HotColdBuffer
 from echo_rl.training import state_codec
 from echo_rl.training.agents import build_agent
-from echo_rl.training.rollout import RolloutBuffer
+from echo_rl.vector.rollout import RolloutBuffer
 
 CPU = torch.device("cpu")
 SMALL = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", agent="echo-rl", total_timesteps=256, num_actors=2,

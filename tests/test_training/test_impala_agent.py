@@ -6,8 +6,8 @@ import torch
 
 from echo_rl.config import TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.impala_agent import IMPALAAgent, unroll_slices
-from echo_rl.training.rollout import evaluate_policy, torch_generator
+from echo_rl.vector.impala_agent import IMPALAAgent, unroll_slices
+from echo_rl.vector.rollout import evaluate_policy, torch_generator
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"
 
@@ -24,7 +24,7 @@ def test_unroll_slices_cover_the_rollout_in_time_order():
 
 
 def test_single_pass_first_unroll_on_policy_later_ones_corrected(monkeypatch):
-    import echo_rl.training.impala_agent as mod
+    import echo_rl.vector.impala_agent as mod
 
     seen = []
     real = mod.vtrace

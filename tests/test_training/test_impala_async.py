@@ -11,10 +11,10 @@ import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training.actor_process import ProcessActor
-from echo_rl.training.async_actors import LockstepSource, StalenessGate, Unroll, UnrollBatch, gather_batch
-from echo_rl.training.impala_agent import IMPALAAgent
-from echo_rl.training.rollout import EpisodeStats, evaluate_policy, torch_generator
+from echo_rl.vector.actor_process import ProcessActor
+from echo_rl.vector.async_actors import LockstepSource, StalenessGate, Unroll, UnrollBatch, gather_batch
+from echo_rl.vector.impala_agent import IMPALAAgent
+from echo_rl.vector.rollout import EpisodeStats, evaluate_policy, torch_generator
 
 ENV = "minigrid:MiniGrid-Empty-5x5-v0"
 CPU = torch.device("cpu")
@@ -73,7 +73,7 @@ def test_max_policy_lag_is_refused_for_agents_that_collect_synchronously():
 # -- a forced lag, deterministic -----------------------------------------------------------------------
 
 def test_forced_lag_stale_unrolls_dropped_and_vtrace_sees_the_acting_versions_logprobs(monkeypatch):
-    import echo_rl.training.impala_agent as mod
+    import echo_rl.vector.impala_agent as mod
 
     agent = make_agent(max_policy_lag=1, **{"ppo_config.batch_size": 32})  # 4 envs x 16 steps, unrolls of 8
     lags = [0, 0, 1, 3, 2, 1, 0]

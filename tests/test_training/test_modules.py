@@ -18,7 +18,7 @@ from echo_rl.models.encoders import MiniGridCNN
 from echo_rl.models.policies import ActorCritic, EpsilonCategorical, TemperedCategorical
 from echo_rl.training import state_codec
 from echo_rl.training.agents import build_agent
-from echo_rl.training.rollout import RolloutBuffer
+from echo_rl.vector.rollout import RolloutBuffer
 
 SMALL = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", total_timesteps=256, num_actors=2, batch_size=32,
              evaluation_episodes=2, evaluation_frequency=0, save_frequency=0, env_config={"max_steps": 16},

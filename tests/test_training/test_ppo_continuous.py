@@ -21,7 +21,7 @@ from echo_rl.environments.gym_vector import ClipToBounds, make_gym_env
 from echo_rl.models.distributions import DiagGaussian, is_continuous
 from echo_rl.models.policies import EpsilonCategorical
 from echo_rl.training.agents import build_agent
-from echo_rl.training.rollout import sample_policy, torch_generator
+from echo_rl.vector.rollout import sample_policy, torch_generator
 from tests.resume_helpers import cut_and_resume
 
 CPU = torch.device("cpu")

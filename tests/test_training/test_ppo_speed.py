@@ -13,8 +13,8 @@ from echo_rl.algorithms.ppo import ppo_loss
 from echo_rl.config import PPOConfig, TrainingConfig
 from echo_rl.models.policies import EpsilonCategorical, make_actor_critic
 from echo_rl.training.agents import build_agent
-from echo_rl.training.ppo_update import BASE_METRICS, Forward, PPOBatch, ppo_epochs
-from echo_rl.training.rollout import flat_forward
+from echo_rl.vector.ppo_update import BASE_METRICS, Forward, PPOBatch, ppo_epochs
+from echo_rl.vector.rollout import flat_forward
 
 
 def _random_grads(params, g: torch.Generator) -> None:
@@ -149,7 +149,7 @@ def test_flat_forward_keeps_the_module_calls_where_it_cannot_flatten():
 
 
 def test_clip_grad_norm_is_torchs():
-    from echo_rl.training.actor_critic_agent import clip_grad_norm
+    from echo_rl.vector.actor_critic_agent import clip_grad_norm
 
     g = torch.Generator().manual_seed(5)
     for trial in range(40):

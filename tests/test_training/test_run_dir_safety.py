@@ -275,7 +275,7 @@ def test_checkpoints_order_and_load_without_rollout(run):
 
 def test_echo_agent_rollout_state_through_the_codec_is_exact(tmp_path):
     """The EchoRL agent's envs, windows, replay and self-imitation buffer survive rollout.json/.npz exactly."""
-    from echo_rl.training.echo_agent import EchoAgent
+    from echo_rl.vector.echo import EchoAgent
 
     cfg = TrainingConfig(env_name="minigrid", agent="echo-rl", num_actors=2, batch_size=32, total_timesteps=1000)
     cfg = cfg.with_overrides({"planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from echo_rl.training.self_imitation import (
+from echo_rl.vector.self_imitation import (
     SelfImitationReplay,
     discounted_returns,
     episode_windows,

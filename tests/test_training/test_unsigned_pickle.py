@@ -95,7 +95,7 @@ def test_own_pickled_snapshots_still_restore(tmp_path, asynchronous):
 
 
 def test_ray_worker_blobs_must_be_signed(tmp_path):
-    from echo_rl.distributed.ray_backend import Slice, check_ray_rollout_state
+    from echo_rl.vector.ray_backend import Slice, check_ray_rollout_state
 
     marker = tmp_path / "pwned"
     slices = [Slice(0, 2)]

@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from echo_rl.commands import train
+from echo_rl.config import ConfigError
+
 RECIPE = {"num_actors": 16, "batch_size": 2048, "evaluation_frequency": 30000, "evaluation_episodes": 100,
           "save_frequency": 30000, "ppo_config.learning_rate": 0.0005, "ppo_config.anneal_lr": False,
           "ppo_config.num_epochs": 4, "ppo_config.batch_size": 256, "ppo_config.entropy_coef": 0.01,
@@ -36,9 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default=None, help="run directory (default: echo-rl train's)")
     args = p.parse_args(argv)
-    from echo_rl.cli import main as cli_main
-
-    return cli_main(argv_for(args))
+    command = argparse.ArgumentParser(prog="echo-rl train")
+    train.add_arguments(command)
+    try:  # the train command's own function: its checks, run directory and exit codes
+        return train.run(command.parse_args(argv_for(args)[1:]))
+    except ConfigError as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,8 @@
+"""The engine's request errors that backbones share, in a module without torch so light callers can catch them."""
+
+from echo_rl.config import ConfigError
+
+
+class ContextLengthError(ConfigError):
+    """A prompt (plus the tokens asked for) does not fit the model's context: the one error for it, raised by
+    local backbones and by the engine alike, so callers (serve's 400, a runner failing one episode) catch one type."""

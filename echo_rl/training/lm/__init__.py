@@ -1,1 +1,0 @@
-"""Language-model policies: token trajectories with role masks, rollouts and their batches."""
