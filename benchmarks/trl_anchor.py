@@ -96,14 +96,14 @@ def render_prompts(tokenizer, env, system: str) -> list[list[int]]:
 
 def system_prompt(env) -> str:
     """The system prompt EchoRL's rollout worker gives ``env``'s task (its turn protocol)."""
-    from echo_rl.environments.reply_format import task_format
+    from echo_rl.environments.registry import task_format
     from echo_rl.lm.rollout import LM_INTRO
 
     return task_format("cruxeval", env).system_prompt(LM_INTRO)
 
 
 def score(env, task_index: int, reply: str) -> float:
-    from echo_rl.environments.reply_format import task_format
+    from echo_rl.environments.registry import task_format
 
     env.reset(seed=0, options={"task_index": task_index})
     _, reward, *_ = env.step(task_format("cruxeval", env).action(reply))

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from echo_rl.config import ConfigError, parse_override
+from echo_rl.config.base import load_yaml_text
 
 NAME = "eval"
 HELP = "evaluate a trained run's last checkpoint, or a prompting agent with a backbone on a text task"
@@ -66,9 +67,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _env_options(items: list[str]) -> dict:
     """``--set key=value`` pairs as environment options (values read as YAML: numbers, booleans, strings)."""
-    from echo_rl.config import parse_override
-    from echo_rl.config.base import load_yaml_text
-
     out = {}
     for text in items:
         key, value = parse_override(text)

@@ -27,7 +27,7 @@ ALIAS_BUDGET = 100_000  # YAML nodes that the aliases of one document may expand
 CONFIG_CAP = 4 * 2**20  # bytes of a config file read at most
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class _BoundedSafeLoader(yaml.SafeLoader):
     """SafeLoader that counts what aliases expand to and refuses recursive ones. A few KB of nested aliases (a
     "billion laughs") load as shared references, then grow to gigabytes once the value is copied or dumped."""
 
@@ -70,7 +70,7 @@ def load_yaml_text(text: str, source: str) -> Any:
     """The project's one YAML parser: safe types only, alias expansion bounded (:data:`ALIAS_BUDGET`); a
     ConfigError naming ``source`` (a file, or a CLI value) and the problem when the text is refused."""
     try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_BoundedSafeLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -39,6 +39,7 @@ from gymnasium.vector import VectorEnv
 from echo_rl.config import ConfigError
 from echo_rl.environments.registry import atari_id, gym_task, import_ale
 from echo_rl.environments.sync_vector import vector_env
+from echo_rl.utils.state_codec import dumps
 
 
 class Snapshotting(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -49,8 +50,6 @@ class Snapshotting(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
 
     def snapshot(self) -> dict:
-        from echo_rl.training.state_codec import dumps
-
         return {"format": "pickle", "blob": dumps(self)}
 
     def __getstate__(self) -> dict:

@@ -7,7 +7,7 @@ direction and carried object, the step count, the mission, the env's
 wrappers. Everything else is rebuilt from the env id and constructor kwargs.
 An env with state outside that (custom objects, room lists, obstacle lists:
 some MiniGrid/BabyAI levels) gets ``None`` from :func:`minigrid_snapshot`; the
-caller then keeps a signed pickle instead (``echo_rl.training.state_codec``).
+caller then keeps a signed pickle instead (``echo_rl.utils.state_codec``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from echo_rl.environments.minigrid_fast_obs import install_fast_obs
 from echo_rl.environments.minigrid_state import minigrid_snapshot, restore_minigrid
 from echo_rl.environments.registry import check_task_name, gym_task, minigrid_id
 from echo_rl.environments.sync_vector import vector_env
+from echo_rl.utils.state_codec import dumps, loads
 
 # Words that occur in MiniGrid / BabyAI missions; anything else maps to the last slot.
 MISSION_VOCAB = (
@@ -79,8 +80,6 @@ class FlatMiniGridObs(gym.ObservationWrapper):
         snap = minigrid_snapshot(self)
         if snap is not None:
             return snap
-        from echo_rl.training.state_codec import dumps
-
         return {"format": "pickle", "blob": dumps(self)}
 
     def step(self, action):

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from echo_rl.config import ConfigError, register_name_rule
-from echo_rl.environments.reply_format import TaskFormat
+from echo_rl.environments.reply_format import GENERIC, GENERIC_MULTILINE, TaskFormat
 
 DEFAULT_MINIGRID_ID = "MiniGrid-DoorKey-5x5-v0"
 
@@ -287,3 +287,27 @@ def is_vector_task(task: str) -> bool:
 
 register_name_rule("task", check_task_name)  # TrainingConfig(env_name=...) is checked against this registry
 register_name_rule("vector_task", is_vector_task)
+
+
+def task_format(task: str | None, env: Any = None) -> TaskFormat:
+    """The format ``task`` registered (one that depends on the env is computed from ``env``; ``None`` before
+    one exists), else the generic one; ``None`` and unregistered names get the generic format too.
+
+    The one lookup of a task's turn protocol: prompting agents, LM rollouts and SFT all call it.
+    """
+    spec = find_task_spec(task)
+    if spec is None:
+        return GENERIC
+    fmt = spec.reply_format
+    if fmt is None:
+        return GENERIC_MULTILINE if spec.multiline else GENERIC
+    if isinstance(fmt, TaskFormat):
+        return fmt
+    made = fmt(env)
+    if not isinstance(made, TaskFormat):
+        raise ConfigError(f"reply_format of task {spec.name!r} is invalid: it returned {type(made).__name__}, "
+                          f"not a TaskFormat")
+    if made.multiline != spec.multiline:
+        raise ConfigError(f"reply_format of task {spec.name!r} is invalid: its multiline={made.multiline} "
+                          f"contradicts the task's multiline={spec.multiline}")
+    return made

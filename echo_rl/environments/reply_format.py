@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from echo_rl.config import ConfigError
 from echo_rl.environments.tool_calls import Tool, ToolCallError, format_instruction, parse_text, render_text, \
@@ -151,32 +150,6 @@ GENERIC = TaskFormat(instruction="Reply with the next action only, written exact
 #: :data:`GENERIC` for a task whose answers span lines (``TaskSpec.multiline``): a reply ends at an empty line
 GENERIC_MULTILINE = TaskFormat(instruction=GENERIC.instruction, example="", answer="", multiline=True,
                                stop=("\n\n",), max_tokens=GENERIC.max_tokens)
-
-
-def task_format(task: str | None, env: Any = None) -> TaskFormat:
-    """The format ``task`` registered (one that depends on the env is computed from ``env``; ``None`` before
-    one exists), else the generic one; ``None`` and unregistered names get the generic format too.
-
-    The one lookup of a task's turn protocol: prompting agents, LM rollouts and SFT all call it.
-    """
-    from echo_rl.environments.registry import find_task_spec  # the registry imports this module: at call time
-
-    spec = find_task_spec(task)
-    if spec is None:
-        return GENERIC
-    fmt = spec.reply_format
-    if fmt is None:
-        return GENERIC_MULTILINE if spec.multiline else GENERIC
-    if isinstance(fmt, TaskFormat):
-        return fmt
-    made = fmt(env)
-    if not isinstance(made, TaskFormat):
-        raise ConfigError(f"reply_format of task {spec.name!r} is invalid: it returned {type(made).__name__}, "
-                          f"not a TaskFormat")
-    if made.multiline != spec.multiline:
-        raise ConfigError(f"reply_format of task {spec.name!r} is invalid: its multiline={made.multiline} "
-                          f"contradicts the task's multiline={spec.multiline}")
-    return made
 
 
 # -- the lenient extraction of a plain-text answer ----------------------------------------------------------

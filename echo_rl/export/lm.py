@@ -17,6 +17,7 @@ from pathlib import Path
 
 from echo_rl.config import ConfigError
 from echo_rl.export.runs import newest_payload, run_config
+from echo_rl.utils.jail import Jail
 
 INFO_FILE = "echo_rl_export.json"
 
@@ -45,7 +46,6 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
     except RuntimeError as exc:
         raise ConfigError(f"--run-dir {run_dir}/{ckpt}: its weights do not fit backbone {config.backbone!r} "
                           f"({' '.join(str(exc).split())[:160]})") from None
-    from echo_rl.utils.jail import Jail
 
     # inside the run directory, export/ and export/transformers/ are never symlinks to elsewhere
     path = Path(out) if out else Jail(run_dir).path("export/transformers")

@@ -129,9 +129,9 @@ def safetensors_backend(path: Path) -> TorchBackend:
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    from echo_rl.config import TrainingConfig
-    from echo_rl.export.graph import policy_graph
-    from echo_rl.export.runs import VECTOR_AGENTS, acting_agent
+    from echo_rl.config import TrainingConfig  # noqa: I001 - with the two below, on this path only
+    from echo_rl.export.graph import policy_graph  # torch: needed on this path only
+    from echo_rl.export.runs import VECTOR_AGENTS, acting_agent  # torch: needed on this path only
 
     try:
         with safe_open(str(path), "pt") as fh:

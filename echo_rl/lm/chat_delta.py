@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from echo_rl.config import ConfigError
+from echo_rl.models.chat_template import apply_chat_template
 from echo_rl.types import ENV_OUTPUT, TEMPLATE, WARNING, role_code
 
 Message = dict[str, str]
@@ -104,8 +105,6 @@ class ChatRenderer:
     def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
         if not messages:
             return ""
-        from echo_rl.models.chat_template import apply_chat_template
-
         # a model or run directory's template: rendered under time/memory/size limits
         return apply_chat_template(self.tokenizer, list(messages), chat_template=self.chat_template,
                                    add_generation_prompt=add_generation_prompt)

@@ -50,8 +50,7 @@ import torch
 
 from echo_rl.algorithms.rlaif import AIJudge, DEFAULT_RUBRIC, mix_rewards
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
-from echo_rl.environments.registry import find_task_spec, make_env
-from echo_rl.environments.reply_format import task_format
+from echo_rl.environments.registry import find_task_spec, make_env, task_format
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.lm.generator import LMGenerator

@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from echo_rl.config import BandwidthConfig, TrainingConfig
-from echo_rl.environments.registry import split_configs
-from echo_rl.environments.reply_format import TaskFormat, task_format
+from echo_rl.environments.registry import split_configs, task_format
+from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.lm.trajectory import TrajectoryBuilder, observation_text

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from echo_rl.environments.reply_format import task_format
+from echo_rl.environments.registry import task_format
 from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.lm.rollout import lm_turn_setup
 from echo_rl.lm.trajectory import TrajectoryBuilder

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from echo_rl.config import ConfigError, register_name_rule
+from echo_rl.models.chat_template import apply_chat_template
 from echo_rl.utils.optional import require
 
 MODEL_DIR_ENV_VAR = "ECHO_RL_MODEL_DIR"
@@ -226,8 +227,6 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
     model.generation_config = quantized.generation_config
     model.eval().save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    from echo_rl.models.chat_template import apply_chat_template
-
     probe = apply_chat_template(tokenizer, [{"role": "user", "content": "Say hello."}],  # a hub file: under limits
                                 add_generation_prompt=True)
     ids = torch.tensor([tokenizer(probe, add_special_tokens=False)["input_ids"]])

@@ -19,6 +19,7 @@ from echo_rl.config import ConfigError
 from echo_rl.models.backbone import (Backbone, Completion, Message, SamplingParams, TextDelta,
                                      TokenLogprob, Usage, check_messages)
 from echo_rl.engine.errors import ContextLengthError
+from echo_rl.models.chat_template import apply_chat_template
 from echo_rl.utils.optional import require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -155,8 +156,6 @@ class LocalBackbone(Backbone):
     def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"checkpoint {str(self.path)!r} has no chat template; use complete() for raw text")
-        from echo_rl.models.chat_template import apply_chat_template
-
         # the template came from the checkpoint directory: rendered under time/memory/size limits
         return apply_chat_template(self.tokenizer, check_messages(messages),
                                    add_generation_prompt=add_generation_prompt)

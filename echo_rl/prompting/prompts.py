@@ -10,6 +10,7 @@ plain-text tasks, a tool call for tool-use tasks). They live in
 
 from __future__ import annotations
 
-from echo_rl.environments.reply_format import GENERIC, TaskFormat, extract_reply, is_thought, task_format
+from echo_rl.environments.registry import task_format
+from echo_rl.environments.reply_format import GENERIC, TaskFormat, extract_reply, is_thought
 
 __all__ = ["GENERIC", "TaskFormat", "extract_reply", "is_thought", "task_format"]

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.training import state_codec
+from echo_rl.utils import state_codec
 from echo_rl.utils.jail import Jail, JailError, parts_of
 
 

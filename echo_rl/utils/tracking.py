@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from echo_rl.config import ConfigError, register_name_rule
+from echo_rl.utils.jail import Jail
 from echo_rl.utils.monitoring import TensorBoardLogger
 from echo_rl.utils.optional import require
 
@@ -184,8 +185,6 @@ def open_loggers(config: Any, run: Any) -> FanOutLogger:
     names = list(getattr(config, "loggers", ["tensorboard"]))
     opts = dict(getattr(config, "tracking", {}) or {})
     check_loggers(names, opts)
-    from echo_rl.config.base import ConfigError
-    from echo_rl.utils.jail import Jail
 
     jail = getattr(run, "jail", None) or Jail(run.path)  # the run's own files: no symlinks, bounded reads
     try:

@@ -38,7 +38,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.vector.ray_acting import RAY_AGENT_BASES, acting_part
 from echo_rl.distributed.ray_cluster import _init_ray, _ray, default_num_workers
 from echo_rl.environments.minigrid_vector import make_vector_env
-from echo_rl.training import state_codec
+from echo_rl.utils import state_codec
 from echo_rl.training.agents import AGENTS, agent_class
 from echo_rl.vector.async_actors import Unroll
 from echo_rl.vector.echo.agent import EchoAgent

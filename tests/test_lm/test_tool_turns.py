@@ -18,7 +18,7 @@ from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
 from echo_rl.config import ExecutionConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments import registry  # noqa: E402
-from echo_rl.environments.reply_format import task_format  # noqa: E402
+from echo_rl.environments.registry import task_format  # noqa: E402
 from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402

@@ -10,7 +10,8 @@ pytest.importorskip("transformers")
 
 from echo_rl.environments.arc import ARCConfig, ARCEnvironment  # noqa: E402
 from echo_rl.config import ConfigError  # noqa: E402
-from echo_rl.environments.reply_format import TaskFormat, task_format, tool_format  # noqa: E402
+from echo_rl.environments.registry import task_format  # noqa: E402
+from echo_rl.environments.reply_format import TaskFormat, tool_format  # noqa: E402
 from echo_rl.environments.tool_calls import BASH, TERMINAL_TOOLS  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.lm.rollout import LM_INTRO, LMRolloutWorker, RolloutConfig, stop_cut  # noqa: E402

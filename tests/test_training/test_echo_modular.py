@@ -18,7 +18,7 @@ from echo_rl.models.encoders import MiniGridCNN, MiniGridEncoder
 from echo_rl.models.policies import ActorCritic, EpsilonCategorical, TemperedCategorical
 from echo_rl.replay.buffer import PrioritizedReplayBuffer
 from echo_rl.replay.hot_cold import HotColdBuffer
-from echo_rl.training import state_codec
+from echo_rl.utils import state_codec
 from echo_rl.training.agents import build_agent
 from echo_rl.vector.rollout import RolloutBuffer
 

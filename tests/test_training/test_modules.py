@@ -16,7 +16,7 @@ from echo_rl import EchoRLTrainer, TrainingConfig
 from echo_rl.config import ConfigError
 from echo_rl.models.encoders import MiniGridCNN
 from echo_rl.models.policies import ActorCritic, EpsilonCategorical, TemperedCategorical
-from echo_rl.training import state_codec
+from echo_rl.utils import state_codec
 from echo_rl.training.agents import build_agent
 from echo_rl.vector.rollout import RolloutBuffer
 

@@ -17,7 +17,7 @@ import yaml
 
 from echo_rl import EchoRLTrainer, TrainingConfig
 from echo_rl.config import ConfigError
-from echo_rl.training import state_codec
+from echo_rl.utils import state_codec
 from echo_rl.training.run_dir import RunDirectory
 from echo_rl.utils import jail as jail_mod
 from echo_rl.utils.jail import Jail, JailError, check_npz

@@ -18,7 +18,7 @@ import torch
 
 from echo_rl import EchoRLTrainer, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env, restore_vector_env, snapshot_vector_env
-from echo_rl.training import state_codec
+from echo_rl.utils import state_codec
 from echo_rl.training.run_dir import CheckpointError, RunDirectory
 
 TINY = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", total_timesteps=512, num_actors=4, batch_size=128,

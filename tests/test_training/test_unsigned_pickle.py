@@ -19,7 +19,7 @@ import pytest
 
 from echo_rl import EchoRLTrainer, TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env, restore_env, restore_vector_env, snapshot_vector_env
-from echo_rl.training import state_codec
+from echo_rl.utils import state_codec
 
 TINY = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", total_timesteps=256, num_actors=2, batch_size=64,
             evaluation_frequency=256, evaluation_episodes=1, save_frequency=128)

@@ -90,7 +90,7 @@ class TerminalEnvironment(TextEnvironment):
                 return load_tasks(Path(config.task_dir).expanduser())
             except TaskError as exc:
                 raise ConfigError(str(exc)) from None
-        from echo_rl.environments.terminal.generator import generate_tasks
+        from echo_rl.environments.terminal.generator import generate_tasks  # generated tasks only: built on use
 
         return generate_tasks(config.split, level=config.level, per_template=config.instances_per_template)
 

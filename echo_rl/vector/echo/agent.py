@@ -315,7 +315,7 @@ class _ActorState:
     """What the actors hold between iterations, plus the replays' contents (``EchoAgent.replay_state``).
 
     The envs are snapshotted the way the PPO collector does; everything is plain data
-    for ``echo_rl.training.state_codec``. The pickled layout is the one checkpoints have
+    for ``echo_rl.utils.state_codec``. The pickled layout is the one checkpoints have
     always had (envs, arrays, replay_npz, sil), so older checkpoints resume.
     """
 
