@@ -172,16 +172,19 @@ atexit.register(_POOL.close)
 
 
 def apply_chat_template(tokenizer: Any, messages: Sequence[dict], *, add_generation_prompt: bool,
-                        chat_template: str | None = None, timeout: float | None = None) -> str:
+                        chat_template: str | None = None, timeout: float | None = None,
+                        tools: Sequence[dict] | None = None) -> str:
     """``tokenizer.apply_chat_template(messages, tokenize=False, ...)``, rendered under the limits above
-    (``timeout`` None: ``RENDER_TIMEOUT_S``)."""
+    (``timeout`` None: ``RENDER_TIMEOUT_S``); ``tools``: OpenAI function schemas, for a template with a tool
+    format."""
     from transformers.utils.chat_template_utils import _normalize_chat_messages
 
     template = tokenizer.get_chat_template(chat_template)
     if not messages:
         raise ConfigError("messages is empty: need at least one message to render a chat template")
     request = {"conversation": _normalize_chat_messages(list(messages)), "chat_template": template,
-               "add_generation_prompt": bool(add_generation_prompt), "kwargs": dict(tokenizer.special_tokens_map),
+               "add_generation_prompt": bool(add_generation_prompt),
+               "kwargs": {**tokenizer.special_tokens_map, **({"tools": list(tools)} if tools else {})},
                "max_chars": MAX_RENDER_CHARS}
     try:
         json.dumps(request)
