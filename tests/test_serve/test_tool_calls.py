@@ -255,3 +255,24 @@ def test_a_kept_stop_string_ends_the_text_and_stays_in_it():
     st = StreamText(Pieces(["<bash>ls</ba", "sh> rm", " -rf"]), ["STOP"], keep=["</bash>"])
     assert st.push(0) == "<bash>ls" and st.push(1) == "</bash>" and st.stopped and st.used == 2
     assert st.push(2) == "" and st.text[:st.sent] == "<bash>ls</bash>"
+
+
+def test_real_decoding_with_a_forced_call_streams_what_it_returns(tiny):
+    """No script: the engine samples after the forced opening tag; the stream (text held, log-probs carried)
+    reassembles to the non-streamed reply."""
+    with ModelServer(create_app(tiny, model_name="tiny")) as srv:
+        client = openai.OpenAI(base_url=srv.url, api_key="EMPTY", max_retries=0, timeout=60)
+        kw = dict(model="tiny", messages=MSGS, tools=TOOLS, max_tokens=12, temperature=0, logprobs=True,
+                  tool_choice={"type": "function", "function": {"name": "bash"}})
+        full = client.chat.completions.create(**kw).choices[0]
+        text, lps, finish = [], [], None
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            for c in chunk.choices:
+                text.append(c.delta.content or "")
+                lps += c.logprobs.content if c.logprobs and c.logprobs.content else []
+                finish = c.finish_reason or finish
+    assert full.message.content.startswith("<bash>") and full.finish_reason == finish
+    assert "".join(text) == full.message.content
+    assert [t.token for t in lps] == [t.token for t in full.logprobs.content] and len(lps) >= 1
+    # scored piece by piece vs at once: the same numbers up to float rounding of different forward shapes
+    assert [t.logprob for t in lps] == pytest.approx([t.logprob for t in full.logprobs.content], abs=1e-4)
