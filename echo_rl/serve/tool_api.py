@@ -82,9 +82,9 @@ class ToolPlan:
         """Where text to hold back begins: a call's opening tag, or a tail that may still become one."""
         if not self.openings:
             return len(text)
-        found = [i for i in (text.find(o, 0) for o in self.openings) if i >= 0]
+        found = [i for i in (text.find(o, start) for o in self.openings) if i >= 0]  # none starts before start
         if found:
-            return max(min(found), start)
+            return min(found)
         for k in range(min(max(map(len, self.openings)) - 1, len(text) - start), 0, -1):
             if any(o.startswith(text[-k:]) for o in self.openings):
                 return len(text) - k
@@ -226,6 +226,10 @@ def render_messages(req: Any, tool_plan: ToolPlan, text_tools: tuple[Tool, ...],
             if template_tools:
                 msg["tool_calls"] = [_template_call(i, j, c) for j, c in enumerate(m.tool_calls)]
             else:
+                if not text_tools:
+                    raise ToolRequestError(f"messages.{i}.tool_calls: pass the tools it calls in tools (the text "
+                                           f"tool-call format writes a call with its tool's argument name)",
+                                           f"messages.{i}.tool_calls")
                 if len(m.tool_calls) != 1:
                     raise ToolRequestError(f"messages.{i}.tool_calls: the text tool-call format this model uses "
                                            f"carries one call per assistant turn, got {len(m.tool_calls)}",

@@ -201,6 +201,8 @@ FN = {"name": "run", "description": "d", "parameters": {"type": "object", "prope
         {"id": "a", "type": "function", "function": {"name": "nope", "arguments": "{}"}}]}]}, "unknown tool"),
     ([{"type": "function", "function": FN}], {"messages": MSGS + [{"role": "tool", "content": "x"}]},
      "tool_call_id"),
+    (None, {"messages": MSGS + [{"role": "assistant", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "run", "arguments": "{}"}}]}]}, "pass the tools"),
 ])
 def test_bad_tools_are_one_line_400s(text_server, tools, extra, words):
     _, client = text_server
