@@ -16,18 +16,15 @@ before any rollout and names the first divergence.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from echo_rl.config import ConfigError
-from echo_rl.models.chat_template import apply_chat_template
+from echo_rl.models.chat_template import apply_chat_template, template_accepts_tools, template_has_tool_role
 from echo_rl.types import ENV_OUTPUT, TEMPLATE, WARNING, role_code
 
 Message = dict[str, str]
 
-_TOOL_ROLE = re.compile(r"""role['"\]]*\s*(?:==|!=)\s*['"]tool['"]|['"]tool['"]\s*(?:==|!=)""")
-_TOOLS_VAR = re.compile(r"\btools\b")
 
 
 class TemplatePrefixError(ConfigError):
@@ -94,12 +91,12 @@ class ChatRenderer:
     def has_tool_role(self) -> bool:
         """The template treats a ``tool`` message as such (it names the role), rather than printing any role
         name it is given: only then do observations go out as tool results."""
-        return bool(_TOOL_ROLE.search(self.chat_template))
+        return template_has_tool_role(self.chat_template)
 
     @property
     def accepts_tools(self) -> bool:
         """The template renders a ``tools=[...]`` schema list (a model trained on its own tool-call format)."""
-        return bool(_TOOLS_VAR.search(self.chat_template))
+        return template_accepts_tools(self.chat_template)
 
     # -- primitives ------------------------------------------------------------
     def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:

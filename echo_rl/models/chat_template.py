@@ -22,6 +22,7 @@ import atexit
 import json
 import os
 import queue
+import re
 import select
 import subprocess
 import sys
@@ -172,19 +173,38 @@ atexit.register(_POOL.close)
 
 
 def apply_chat_template(tokenizer: Any, messages: Sequence[dict], *, add_generation_prompt: bool,
-                        chat_template: str | None = None, timeout: float | None = None) -> str:
+                        chat_template: str | None = None, timeout: float | None = None,
+                        tools: Sequence[dict] | None = None) -> str:
     """``tokenizer.apply_chat_template(messages, tokenize=False, ...)``, rendered under the limits above
-    (``timeout`` None: ``RENDER_TIMEOUT_S``)."""
+    (``timeout`` None: ``RENDER_TIMEOUT_S``); ``tools``: OpenAI function schemas, for a template with a tool
+    format."""
     from transformers.utils.chat_template_utils import _normalize_chat_messages
 
     template = tokenizer.get_chat_template(chat_template)
     if not messages:
         raise ConfigError("messages is empty: need at least one message to render a chat template")
     request = {"conversation": _normalize_chat_messages(list(messages)), "chat_template": template,
-               "add_generation_prompt": bool(add_generation_prompt), "kwargs": dict(tokenizer.special_tokens_map),
+               "add_generation_prompt": bool(add_generation_prompt),
+               "kwargs": {**tokenizer.special_tokens_map, **({"tools": list(tools)} if tools else {})},
                "max_chars": MAX_RENDER_CHARS}
     try:
         json.dumps(request)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"messages cannot be rendered: {exc}") from None
     return _POOL.render(request, RENDER_TIMEOUT_S if timeout is None else timeout)
+
+
+# What a template knows, read from its source: one reading for serve, LM training and the prompting agents.
+_TOOL_ROLE = re.compile(r"""role['"\]]*\s*(?:==|!=)\s*['"]tool['"]|['"]tool['"]\s*(?:==|!=)""")
+_TOOLS_VAR = re.compile(r"\btools\b")
+
+
+def template_has_tool_role(template: str) -> bool:
+    """The template treats a ``tool`` message as such (it names the role), rather than printing any role name it
+    is given: only then do observations go out as tool results."""
+    return bool(_TOOL_ROLE.search(template or ""))
+
+
+def template_accepts_tools(template: str) -> bool:
+    """The template renders a ``tools=[...]`` schema list (a model trained on its own tool-call format)."""
+    return bool(_TOOLS_VAR.search(template or ""))

@@ -32,6 +32,7 @@ from echo_rl.models.local import ContextLengthError, LocalBackbone
 from echo_rl.serve.engine_host import EngineHost, Generated
 from echo_rl.serve.errors import APIError, ClientGone
 from echo_rl.serve.stream_text import StreamText
+from echo_rl.serve.tool_api import ToolRequestError, ToolStream, tool_call_deltas, tool_prompt
 from echo_rl.utils.optional import require
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -70,15 +71,15 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     app = fastapi.FastAPI(title="echo-rl serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.engine_host = host
 
-    async def events(prompt_ids: list[int], params: SamplingParams,
-                     stream: bool) -> AsyncIterator[TextDelta | Completion]:
+    async def events(prompt_ids: list[int], params: SamplingParams, stream: bool,
+                     keep: tuple[str, ...] = ()) -> AsyncIterator[TextDelta | Completion]:
         """One completion as the engine decodes it: text pieces as they become final, then the Completion.
 
         A stop string ends the request in the engine. Log-probs, when asked, are scored per piece when
         ``stream`` (one forward over the history each) and once at the end otherwise. Closing this
-        iterator early aborts the request.
+        iterator early aborts the request. ``keep``: stop strings kept in the text (tool calls' closing tags).
         """
-        text = StreamText(backbone.tokenizer, params.stop)
+        text = StreamText(backbone.tokenizer, params.stop, keep)
         sampled, finish, scored, lps = 0, "length", 0, []
 
         async def piece(part: str) -> TextDelta:
@@ -118,9 +119,9 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         yield Completion(text.text[:text.sent], "stop" if text.stopped else finish, usage, name, token_ids=kept,
                          prompt_token_ids=list(prompt_ids), logprobs=lps if params.logprobs else None)
 
-    async def run_one(prompt_ids: list[int], params: SamplingParams) -> Completion:
+    async def run_one(prompt_ids: list[int], params: SamplingParams, keep: tuple[str, ...] = ()) -> Completion:
         """One completion through the shared engine, with serve's stop strings, usage and log-probs."""
-        async with aclosing(events(prompt_ids, params, stream=False)) as items:
+        async with aclosing(events(prompt_ids, params, stream=False, keep=keep)) as items:
             async for item in items:
                 if isinstance(item, Completion):
                     return item
@@ -228,9 +229,11 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         req = await parse(request, ChatCompletionRequest)
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
-            prompt_ids = await run_in_threadpool(backbone.chat_prompt_ids, messages)
+            plan, messages, render = tool_prompt(req, backbone)
+            prompt_ids = await run_in_threadpool(render, messages)
+        except ToolRequestError as exc:
+            raise APIError(400, str(exc), param=exc.param) from None
         except TemplateLimitError as exc:  # the model's template is at fault, not the request
             raise APIError(500, str(exc), type="server_error", code="chat_template_limit") from None
         except ConfigError as exc:
@@ -243,32 +246,37 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             if req.n != 1:
                 raise APIError(400, "n must be 1 when stream is true", param="n")
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            gen = events(prompt_ids, params, stream=True)
+            gen = events(prompt_ids, params, stream=True, keep=plan.keep_stops)
             # the first piece is awaited before the 200 goes out, so a request that fails at once gets a status
             try:
                 first = await unless_gone(request, gen.__anext__())
             except BaseException:
                 await gen.aclose()
                 raise
-            return StreamingResponse(_chat_stream(rid, gen, first, params, include_usage),
+            return StreamingResponse(_chat_stream(rid, gen, first, params, include_usage,
+                                                  ToolStream(plan) if plan.mode != "none" else None),
                                      media_type="text/event-stream")
         choices, usage = [], {"prompt_tokens": len(prompt_ids), "completion_tokens": 0}
-        dones = await unless_gone(request, asyncio.gather(*(run_one(prompt_ids, with_seed(params, i))
+        dones = await unless_gone(request, asyncio.gather(*(run_one(prompt_ids, with_seed(params, i), plan.keep_stops)
                                                            for i in range(req.n))))
         for i, done in enumerate(dones):
             usage["completion_tokens"] += done.usage.completion_tokens
-            choices.append({"index": i, "message": {"role": "assistant", "content": done.text},
+            content, calls = plan.read(plan.prefill + done.text)
+            message = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
+            choices.append({"index": i, "message": message,
                             "logprobs": _chat_logprobs(done.logprobs) if req.logprobs else None,
-                            "finish_reason": done.finish_reason})
+                            "finish_reason": "tool_calls" if calls else done.finish_reason})
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": name,
                 "choices": choices, "usage": usage}
 
     async def _chat_stream(rid: str, gen: AsyncIterator, first: Any, params: SamplingParams,
-                           include_usage: bool) -> AsyncIterator[str]:
+                           include_usage: bool, tools: Any = None) -> AsyncIterator[str]:
         """The SSE body, sent as the engine decodes. A failure after the 200 is sent as an ``error`` event, then
         the stream ends cleanly. A client that disconnects cancels this (Starlette listens for it), and closing
-        ``gen`` aborts the request in the engine."""
+        ``gen`` aborts the request in the engine. With ``tools`` (a ToolStream), text from a call's opening tag
+        on is held, and the call goes out as ``delta.tool_calls`` once it is complete (OpenAI's shape: index,
+        id and name, then the arguments)."""
         def chunk(delta: dict, finish: str | None = None, **extra: Any) -> str:
             body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": name,
                     "choices": [{"index": 0, "delta": delta, "logprobs": extra.pop("logprobs", None),
@@ -281,10 +289,20 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
                 yield item
 
         yield chunk({"role": "assistant", "content": ""})
+        held: list = []  # log-probs of text held back (a tool call), sent with the next chunk
         try:
             async for item in items():
                 if isinstance(item, Completion):
-                    yield chunk({}, item.finish_reason)
+                    finish = item.finish_reason
+                    if tools is not None:
+                        rest, calls = tools.finish()
+                        lp = _chat_logprobs(held) if params.logprobs else None
+                        if rest or (held and not calls):
+                            yield chunk({"content": rest}, logprobs=lp)
+                        for k, delta in enumerate(tool_call_deltas(calls or [])):
+                            yield chunk(delta, logprobs=lp if k == 0 and not rest else None)
+                        finish = "tool_calls" if calls else finish
+                    yield chunk({}, finish)
                     if include_usage:
                         u = item.usage
                         body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
@@ -293,8 +311,12 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
                                           "total_tokens": u.total_tokens}}
                         yield f"data: {json.dumps(body)}\n\n"
                 else:
-                    lp = _chat_logprobs(getattr(item, "tokens", [])) if params.logprobs else None
-                    yield chunk({"content": str(item)}, logprobs=lp)
+                    held.extend(getattr(item, "tokens", []))
+                    part = str(item) if tools is None else tools.push(str(item))
+                    if part or tools is None:
+                        lp = _chat_logprobs(held) if params.logprobs else None
+                        held = []
+                        yield chunk({"content": part}, logprobs=lp)
         except Exception as exc:  # noqa: BLE001 - the headers are sent: report in-band, as OpenAI streams do
             status, kind = (400, "invalid_request_error") if isinstance(exc, ConfigError) else (500, "server_error")
             err = APIError(status, f"{'internal error: ' if status == 500 else ''}{type(exc).__name__}: {exc}",

@@ -21,9 +21,10 @@ class StreamText:
     sampled up to it, ``kept`` the tokens that carry the text sent.
     """
 
-    def __init__(self, tokenizer: Any, stops: Sequence[str] = ()) -> None:
+    def __init__(self, tokenizer: Any, stops: Sequence[str] = (), keep: Sequence[str] = ()) -> None:
         self.tokenizer = tokenizer
-        self.stops = [s for s in stops if s]
+        self.keep = frozenset(s for s in keep if s)
+        self.stops = list(dict.fromkeys([s for s in stops if s] + sorted(self.keep)))
         self.longest = max((len(s) for s in self.stops), default=0)
         self.ids: list[int] = []
         self.text = ""  # decoded so far (final characters only)
@@ -66,9 +67,10 @@ class StreamText:
         start = self.sent
         if self.stops:
             scan = max(0, start - self.longest)  # a stop string ending in new text starts no earlier
-            hits = [i for i in (self.text.find(s, scan) for s in self.stops) if i >= 0]
+            hits = [(i, -len(s), s) for i, s in ((self.text.find(s, scan), s) for s in self.stops) if i >= 0]
             if hits:
-                cut = max(min(hits), start)
+                at, _, hit = min(hits)  # the earliest; of two starting there, the longer
+                cut = max(at + len(hit) if hit in self.keep else at, start)
                 self.stopped, self.used = True, len(self.ids)
                 self.sent = cut
                 return self.text[start:cut]

@@ -19,6 +19,13 @@ FIELD_BAD = {  # values every one of which is invalid for the field
     "max_tokens": ["10", 0, -5, 1.5, True, 10**9, [], {}],
     "temperature": ["hot", -0.1, 2.5, [], {}, True],
     "top_p": [0, -1, 1.5, "x", []],
+    "tools": [5, "x", {}, [1], [{}], [{"type": "function"}], [{"type": "function", "function": {"name": "a b"}}],
+              [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}],
+              [{"type": "function", "function": {"name": "f",
+                                                  "parameters": {"properties": {"n": {"type": "integer"}}}}}],
+              [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {}, "b": {}}}}}]],
+    "tool_choice": ["always", 1, [], {"type": "function"}, "auto", "required",
+                    {"type": "function", "function": {"name": "f"}}],  # with no tools: a 400
     "n": [0, 9, "2", 1.5],
     "stop": [5, [1], {"a": "b"}, True],
     "stream": ["yes", 1, []],
