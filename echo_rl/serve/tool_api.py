@@ -34,7 +34,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from echo_rl.config import ConfigError
 from echo_rl.environments.tool_calls import Tool, ToolCall, ToolCallError, format_instruction, parse_text, \
     render_text
 from echo_rl.models.backbone import check_messages
