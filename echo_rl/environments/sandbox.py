@@ -52,6 +52,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 WORKER_FILE = Path(__file__).with_name("_sandbox_worker.py")
 STATUSES = ("passed", "failed", "error", "timeout", "crashed")
@@ -228,24 +229,29 @@ class _Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        # PID 1 of the sandbox dies -> the kernel kills its whole PID namespace; then bwrap itself.
-        # The sandbox pid cannot have been reused while bwrap, its parent, has not exited and reaped it.
-        for pid in (self.sandbox_pid if self.proc.poll() is None else None, self.proc.pid):
-            if pid:
-                try:
-                    os.kill(pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+        kill_sandbox(self.proc, self.sandbox_pid, self.stderr)
+
+
+def kill_sandbox(proc: subprocess.Popen, sandbox_pid: int | None, *streams: Any) -> None:
+    """Kill one bwrap tree and close its pipes (and ``streams``): the code and terminal sandboxes' one way."""
+    # PID 1 of the sandbox dies -> the kernel kills its whole PID namespace; then bwrap itself.
+    # The sandbox pid cannot have been reused while bwrap, its parent, has not exited and reaped it.
+    for pid in (sandbox_pid if proc.poll() is None else None, proc.pid):
+        if pid:
+            try:
+                os.kill(pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    for stream in (proc.stdin, proc.stdout, *streams):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
 
 
 class SandboxPool:

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from echo_rl.environments.sandbox import INSTALL_HINT, SANDBOX_GID, SANDBOX_UID, SandboxUnavailable, seccomp_fd
+from echo_rl.environments.sandbox import INSTALL_HINT, SANDBOX_GID, SANDBOX_UID, SandboxUnavailable, kill_sandbox, seccomp_fd
 
 #: per-episode uids when running as root: a range no distribution allocates
 UID_BASE, UID_SPAN = 3_000_000, 1 << 20
@@ -222,23 +222,7 @@ class _Sandbox:
                                      f"{INSTALL_HINT}")
 
     def kill(self) -> None:
-        # PID 1 of the sandbox dies -> the kernel kills its whole PID namespace; then bwrap itself.
-        for pid in (self.sandbox_pid if self.proc.poll() is None else None, self.proc.pid):
-            if pid:
-                try:
-                    os.kill(pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+        kill_sandbox(self.proc, self.sandbox_pid)
 
 
 def clean_output(raw: bytes, extra: int, limit: int) -> str:
