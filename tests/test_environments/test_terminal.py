@@ -249,3 +249,23 @@ def test_plain_layout_setup_sh_and_solution_sh(sandbox_ok, tmp_path):
     assert env.tasks[0].workdir == "/app" and env.tasks[0].max_turns == 16
     assert run_oracle(env, 0)[0] == 1.0
     env.close()
+
+
+def test_terminal_quick_start_config_trains_end_to_end(sandbox_ok, tmp_path, capsys):
+    """configs/lm_smollm2_terminal.yaml, shrunk to the tiny model: warm start on oracle episodes, one GRPO + ECHO
+    update on tool-call replies, held-out evaluation; the run directory records it."""
+    from echo_rl.cli import main
+
+    config = Path(__file__).parents[2] / "configs" / "lm_smollm2_terminal.yaml"
+    small = ["backbone=tiny", "evaluation_episodes=2", "lm_config.sft_episodes=4", "lm_config.sft_steps=2",
+             "lm_config.sft_batch_episodes=2", "lm_config.max_updates=1", "lm_config.group_size=2", "num_actors=2",
+             "batch_size=2", "lm_config.heldout_pool=2"]
+    args = ["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]
+    for item in small:
+        args += ["--set", item]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    update = next(r for r in rows if r.get("train/updates") == 1.0 and "lm/loss" in r)
+    assert update["lm/tokens_action"] > 0 and "sft/loss" in update and update["lm/lambda"] == 0.05
+    assert "eval/heldout_env_ce" in rows[0] and "eval/success_rate" in rows[-1]
+    assert "[sft]" in capsys.readouterr().err
