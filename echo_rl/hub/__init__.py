@@ -6,6 +6,7 @@
 - :mod:`echo_rl.hub.models`: trained MiniGrid policies as ONNX files
   (``python -m echo_rl.hub.build_models`` makes them), loadable by name with
   ``echo_rl.load_policy``;
+- ``data/recipes``: training recipes (``models.recipe_path``), written once here and linked from ``configs/``;
 - ``python -m echo_rl.hub.apps.ppo_minigrid --env-id ...``: one-line training apps.
 """
 

@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python -m echo_rl.hub.build_models [NAME ...] [--work-dir DIR]
 
-Run from a checkout (recipes name files under ``configs/``). Each model is an
+Run from a checkout (it records the commit). Each model is an
 ordinary ``echo-rl train`` run (its run directory is kept in ``--work-dir``),
 exported with ``echo-rl export --format onnx``; the published success is the
 greedy evaluation of the exported file on the run's evaluation seeds.
@@ -20,16 +20,16 @@ import sys
 from pathlib import Path
 
 from echo_rl.config import ConfigError, TrainingConfig
-from echo_rl.hub.models import evaluate_greedy, models_dir
+from echo_rl.hub.models import evaluate_greedy, models_dir, recipe_path
 
 ROOT = Path(__file__).resolve().parents[2]
 # the sample-efficiency study's shared settings (benchmarks/sample_efficiency.py SHARED, PPO's part)
 STUDY_PPO = {"num_actors": 16, "batch_size": 2048, "ppo_config.learning_rate": 1e-3, "ppo_config.num_epochs": 4,
              "ppo_config.batch_size": 256, "ppo_config.entropy_coef": 0.01, "ppo_config.gamma": 0.99,
              "ppo_config.gae_lambda": 0.95}
-# name -> (config file or None for the defaults, overrides): the project's recipes, unchanged
+# name -> (packaged recipe (hub.models.recipe_path) or None for the defaults, overrides): the project's recipes
 RECIPES = {
-    "ppo-doorkey-5x5": ("configs/minigrid_doorkey5x5.yaml", {"seed": 0}),
+    "ppo-doorkey-5x5": ("ppo-doorkey-5x5", {"seed": 0}),
     # the study's PPO cell (seed 0 reached 0.9 at 51k), run to its 250k budget without early stop
     "ppo-multiroom-n2-s4": (None, {"env_name": "minigrid:MiniGrid-MultiRoom-N2-S4-v0", "agent": "ppo", "seed": 0,
                                    "total_timesteps": 250_000, "evaluation_frequency": 0, "evaluation_episodes": 100,
@@ -56,15 +56,21 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs"
 
 
+def recipe_config(name: str) -> TrainingConfig:
+    recipe, overrides = RECIPES[name]
+    return (TrainingConfig.load_yaml(recipe_path(recipe)) if recipe else TrainingConfig()).with_overrides(overrides)
+
+
 def build(name: str, work_dir: Path) -> dict:
     from echo_rl.export.loading import load_policy  # torch: loaded on first use
     from echo_rl.export.vector import export_vector_run  # torch: loaded on first use
     from echo_rl.training.protocol import EVAL_SEED_OFFSET  # gymnasium, minigrid: loaded on first use
     from echo_rl.training.trainer import EchoRLTrainer  # torch, gymnasium, minigrid: loaded on first use
 
-    config_file, overrides = RECIPES[name]
-    base = TrainingConfig.load_yaml(ROOT / config_file) if config_file else TrainingConfig()
-    config = base.with_overrides(overrides)
+    recipe, overrides = RECIPES[name]
+    config = recipe_config(name)
+    # the recipe as a path from the checkout (or install) root: echo_rl/hub/data/recipes/<recipe>.yaml
+    config_file = recipe_path(recipe).resolve().relative_to(ROOT).as_posix() if recipe else None
     run_dir = work_dir / name
     metrics = asyncio.run(EchoRLTrainer(config, run_dir=run_dir, show_progress=False).train())
     out = models_dir() / f"{name}.onnx"

@@ -27,6 +27,16 @@ def models_dir() -> Path:
     return Path(str(resources.files("echo_rl.hub").joinpath("data", "models")))
 
 
+def recipe_path(name: str) -> Path:
+    """A training recipe (TrainingConfig YAML) shipped in the package, so apps run from an install;
+    ``configs/`` in a checkout links to it, so the recipe is written once."""
+    recipes = Path(str(resources.files("echo_rl.hub").joinpath("data", "recipes")))
+    allowed = sorted(file.stem for file in recipes.glob("*.yaml"))
+    if name not in allowed:
+        raise ConfigError(f"unknown recipe {name!r}; allowed: {', '.join(allowed) or 'none'}")
+    return recipes / f"{name}.yaml"
+
+
 @lru_cache(maxsize=1)
 def _index() -> dict:
     path = models_dir() / INDEX

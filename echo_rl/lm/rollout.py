@@ -47,6 +47,7 @@ from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
 from echo_rl.lm.trajectory import TrajectoryBuilder, observation_text
+from echo_rl.models.teacher_forcing import continuation_logprobs, token_logprobs
 from echo_rl.types import TokenTrajectory
 
 ACTION_MODES = ("generate", "choose")
@@ -117,7 +118,8 @@ def stop_cut(token_ids: Sequence[int], stops: Sequence[str], decode: Callable[[S
 
 
 class CandidateScorer:
-    """Per-token log-probs (temperature 1) of candidate continuations, teacher-forced on a causal LM.
+    """Per-token log-probs (temperature 1) of candidate continuations, teacher-forced on a causal LM
+    (:mod:`echo_rl.models.teacher_forcing`, the one scorer the backbone and the server use too).
 
     The worker runs it through ``engine.call`` (the engine's thread, between steps): on the engine's
     own model it then never reads weights a decode step or a weight update is using.
@@ -126,41 +128,11 @@ class CandidateScorer:
     def __init__(self, model: Any, version: Callable[[], int] = lambda: 0) -> None:
         self.model, self.version = model, version
 
-    @torch.inference_mode()
     def score(self, context: Sequence[int], candidates: Sequence[Sequence[int]],
               prefix: torch.Tensor | None = None) -> list[list[float]]:
         """``prefix`` ``[P, hidden]``: latent-plan rows between the context and each candidate (as the engine
         places them)."""
-        if prefix is not None:
-            return self._score_with_prefix(context, candidates, prefix)
-        device = next(self.model.parameters()).device
-        n = len(context)
-        width = n + max(len(c) for c in candidates)
-        ids = torch.zeros(len(candidates), width, dtype=torch.long, device=device)
-        att = torch.zeros_like(ids)
-        for i, c in enumerate(candidates):
-            row = list(context) + list(c)
-            ids[i, :len(row)] = torch.tensor(row, device=device)
-            att[i, :len(row)] = 1
-        logp = torch.log_softmax(self.model(input_ids=ids, attention_mask=att).logits[:, n - 1:-1].float(), -1)
-        return [[float(logp[i, k, t]) for k, t in enumerate(c)] for i, c in enumerate(candidates)]
-
-    def _score_with_prefix(self, context: Sequence[int], candidates: Sequence[Sequence[int]],
-                           prefix: torch.Tensor) -> list[list[float]]:
-        device = next(self.model.parameters()).device
-        embed = self.model.get_input_embeddings()
-        ctx = embed(torch.as_tensor(list(context), dtype=torch.long, device=device))
-        prefix = prefix.to(device, ctx.dtype)
-        n = len(context) + prefix.shape[0]
-        width = n + max(len(c) for c in candidates) - 1
-        x = ctx.new_zeros(len(candidates), width, ctx.shape[-1])
-        att = torch.zeros(len(candidates), width, dtype=torch.long, device=device)
-        for i, c in enumerate(candidates):
-            rows = torch.cat([ctx, prefix, embed(torch.as_tensor(list(c[:-1]), dtype=torch.long, device=device))])
-            x[i, :rows.shape[0]] = rows
-            att[i, :rows.shape[0]] = 1
-        logp = torch.log_softmax(self.model(inputs_embeds=x, attention_mask=att).logits[:, n - 1:].float(), -1)
-        return [[float(logp[i, k, t]) for k, t in enumerate(c)] for i, c in enumerate(candidates)]
+        return token_logprobs(continuation_logprobs(self.model, context, candidates, prefix), candidates)
 
 
 class LMRolloutWorker:

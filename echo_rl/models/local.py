@@ -271,15 +271,22 @@ class LocalBackbone(Backbone):
     def stream_chat(self, messages: Sequence[Message], **sampling: Any) -> Iterator[str | Completion]:
         return self.stream_ids(self.chat_prompt_ids(messages), SamplingParams(**sampling))
 
+    def logprob_rows(self, prompt_ids: Sequence[int], continuations: Sequence[Sequence[int]]) -> Any:
+        """Teacher-forced log-prob rows of each continuation after the prompt (temperature 1, one forward), under
+        the model's lock: :func:`echo_rl.models.teacher_forcing.continuation_logprobs`, shared with the server's
+        reported log-probs and the rollout worker's candidate scorer."""
+        from echo_rl.models.teacher_forcing import continuation_logprobs  # torch: loaded on first use
+
+        with self._lock:
+            return continuation_logprobs(self.model, prompt_ids, continuations)
+
     def prompt_logprobs(self, ids: list[int]) -> list[float]:
         """log p(ids[i] | ids[:i]) for i >= 1 (used for echo scoring)."""
-        torch = self._torch
+        from echo_rl.models.teacher_forcing import token_logprobs  # torch: loaded on first use
+
         if len(ids) > self.max_context:
             raise ContextLengthError(f"text has {len(ids)} tokens; the model's context is {self.max_context} tokens")
-        with self._lock, torch.inference_mode():
-            logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits[0].float()
-            logp = torch.log_softmax(logits[:-1], dim=-1)
-            return logp.gather(1, torch.tensor(ids[1:], device=logp.device)[:, None])[:, 0].cpu().tolist()
+        return token_logprobs(self.logprob_rows(ids[:1], [ids[1:]]), [ids[1:]])[0] if len(ids) > 1 else []
 
     def score(self, messages: Sequence[Message], continuations: Sequence[str]) -> list[float]:
         prompt = self.chat_prompt_ids(messages)
@@ -288,8 +295,7 @@ class LocalBackbone(Backbone):
             cont_ids = self.encode(cont)
             if not cont_ids:
                 raise ConfigError("cannot score an empty continuation")
-            lps = self.prompt_logprobs(prompt + cont_ids)
-            scores.append(float(sum(lps[len(prompt) - 1:])))
+            scores.append(float(sum(self.prompt_logprobs(prompt + cont_ids)[len(prompt) - 1:])))
         self._record(Usage(len(prompt) * len(continuations), 0, 0.0, len(continuations)))
         return scores
 

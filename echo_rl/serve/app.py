@@ -375,20 +375,17 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
 
 
 def _score(backbone: LocalBackbone, prompt_ids: list[int], ids: list[int], top: int) -> list[TokenLogprob]:
-    """log p(ids[i] | prompt, ids[:i]) at temperature 1, with the ``top`` likeliest alternatives."""
+    """log p(ids[i] | prompt, ids[:i]) at temperature 1 (the backbone's teacher-forced rows), with the ``top``
+    likeliest alternatives."""
     if not ids:
         return []
-    torch = backbone._torch
-    seq = torch.tensor([list(prompt_ids) + list(ids)], device=backbone.device)
-    with backbone._lock, torch.inference_mode():
-        logits = backbone.model(input_ids=seq).logits[0, len(prompt_ids) - 1:-1].float().cpu()
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = backbone.logprob_rows(prompt_ids, [ids])[0].cpu()
     decode = backbone.tokenizer.decode
     out = []
     for row, tok in zip(logp, ids):
         alts = []
         if top:
-            vals, idx = torch.topk(row, top)
+            vals, idx = row.topk(top)
             alts = [(decode([int(i)]), float(v)) for v, i in zip(vals, idx)]
         out.append(TokenLogprob(decode([tok]), float(row[tok]), tok, alts))
     return out

@@ -2,10 +2,11 @@
 
     python -m echo_rl.hub.apps.ppo_minigrid --env-id MiniGrid-DoorKey-5x5-v0 [--timesteps N] [--seed S] [--run-dir DIR]
 
-The recipe is ``configs/minigrid_doorkey5x5.yaml``'s (rl-starter-files' shape: 16 envs x 128 steps,
-4 epochs of 256-sample minibatches, constant lr 5e-4; docs/results.md), carried here so the app
-runs from an installed package. It is ``echo-rl train`` underneath: a run directory, resumable,
-exportable with ``echo-rl export``, comparable with ``echo-rl report --against hub:...``.
+The recipe is the packaged ``echo_rl/hub/data/recipes/ppo-doorkey-5x5.yaml`` (``make demo``'s
+``configs/minigrid_doorkey5x5.yaml`` links to it; rl-starter-files' shape: 16 envs x 128 steps, 4 epochs
+of 256-sample minibatches, constant lr 5e-4; docs/results.md). It is ``echo-rl train --config`` on that
+file underneath: a run directory, resumable, exportable with ``echo-rl export``, comparable with
+``echo-rl report --against hub:...``.
 """
 
 from __future__ import annotations
@@ -15,18 +16,15 @@ import sys
 
 from echo_rl.commands import train
 from echo_rl.config import ConfigError
+from echo_rl.hub.models import recipe_path
 
-RECIPE = {"num_actors": 16, "batch_size": 2048, "evaluation_frequency": 30000, "evaluation_episodes": 100,
-          "save_frequency": 30000, "ppo_config.learning_rate": 0.0005, "ppo_config.anneal_lr": False,
-          "ppo_config.num_epochs": 4, "ppo_config.batch_size": 256, "ppo_config.entropy_coef": 0.01,
-          "ppo_config.clip_epsilon": 0.2, "ppo_config.gae_lambda": 0.95, "ppo_config.gamma": 0.99}
+RECIPE = "ppo-doorkey-5x5"
 
 
 def argv_for(args: argparse.Namespace) -> list[str]:
-    out = ["train", "--task", f"minigrid:{args.env_id}", "--agent", "ppo", "--timesteps", str(args.timesteps),
-           "--seed", str(args.seed)]
-    for key, value in RECIPE.items():
-        out += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
+    # only the app's own arguments override the recipe: the env (any MiniGrid id), budget, seed and run dir
+    out = ["train", "--config", str(recipe_path(RECIPE)), "--task", f"minigrid:{args.env_id}",
+           "--timesteps", str(args.timesteps), "--seed", str(args.seed)]
     if args.run_dir:
         out += ["--run-dir", args.run_dir]
     return out
