@@ -25,6 +25,7 @@ from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
 from echo_rl.lm.rollout import LMRolloutWorker, RolloutConfig  # noqa: E402
 from echo_rl.lm.sft import expert_trajectory  # noqa: E402
 from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, WARNING  # noqa: E402
+from test_rollout_e2e import _model  # noqa: E402
 from tests.tool_env import SPEC, NotesEnv  # noqa: E402
 
 STEPS = 20  # warm-start steps: enough for the tiny model to write real calls most turns
@@ -69,14 +70,6 @@ def _tool_tokenizer():
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>", additional_special_tokens=specials[:2])
     tok.chat_template = TOOL_CHATML.replace("'<|im_start|>tool", "'<|im_start|>user")  # no tool role: plain ChatML
     return tok
-
-
-def _model(vocab, seed=0):
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                                   eos_token_id=None, bos_token_id=None, pad_token_id=0)
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 def test_tool_role_only_where_the_template_has_it(chatml_tokenizer, notes_task):
