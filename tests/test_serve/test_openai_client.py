@@ -72,7 +72,10 @@ def test_streamed_logprobs_match_the_full_reply(client):
                                             logprobs=True, top_logprobs=2)
     streamed = [t for chunk in stream for c in chunk.choices if c.logprobs and c.logprobs.content
                 for t in c.logprobs.content]
-    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in full.choices[0].logprobs.content]
+    reply = full.choices[0].logprobs.content
+    assert [t.token for t in streamed] == [t.token for t in reply]
+    # scored over the history one piece at a time vs all at once: other shapes, the same values up to float rounding
+    assert [t.logprob for t in streamed] == pytest.approx([t.logprob for t in reply], abs=1e-5)
     assert all(len(t.top_logprobs) == 2 for t in streamed)
 
 
