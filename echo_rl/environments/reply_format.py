@@ -11,7 +11,7 @@ evaluation data), how a reply becomes an action (its first line, the whole
 multi-line reply, or a tool call), the tools a tool-use task offers, the chat
 role observations take, the stop strings that end a reply and a token budget.
 ReAct, Act-only, ToT, LM training (rollouts and SFT, in process and on Ray)
-all read it through :func:`task_format` and parse with :meth:`TaskFormat.action`,
+all read it through ``registry.task_format`` and parse with :meth:`TaskFormat.action`,
 so a reply means the same everywhere.
 
 A task registers its format with its other metadata:
