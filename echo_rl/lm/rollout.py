@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from echo_rl.config import BandwidthConfig, TrainingConfig
-from echo_rl.environments.registry import split_configs, task_format
+from echo_rl.environments.registry import ANCHOR_STATES, split_configs, task_format
 from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
@@ -51,7 +51,6 @@ from echo_rl.models.teacher_forcing import continuation_logprobs, token_logprobs
 from echo_rl.types import TokenTrajectory
 
 ACTION_MODES = ("generate", "choose")
-ANCHOR_STATES = ("observation", "state_key")
 #: the LM path's line before the task's instruction in the system prompt (``TaskFormat.system_prompt``)
 LM_INTRO = "You are an agent in a text environment."
 

@@ -257,25 +257,23 @@ class Jail:
 
     def open_read(self, rel: str | os.PathLike, kind: str) -> IO[bytes]:
         """A binary file object (for torch.load / np.load) of a regular file within ``kind``'s cap."""
-        fd, where = self._open(rel, os.O_RDONLY)
+        return os.fdopen(self._regular_fd(rel, os.O_RDONLY, kind), "rb")
+
+    def open_append(self, rel: str | os.PathLike) -> IO[str]:
+        """A text file opened for appending (created if missing), never through a symlink."""
+        fd = self._regular_fd(rel, os.O_WRONLY | os.O_APPEND | os.O_CREAT, None, create_dirs=True)
+        return os.fdopen(fd, "a", encoding="utf-8")
+
+    def _regular_fd(self, rel: str | os.PathLike, flags: int, kind: str | None, create_dirs: bool = False) -> int:
+        """A blocking descriptor of ``rel``, checked to be a regular file (within ``kind``'s cap when given)."""
+        fd, where = self._open(rel, flags, create_dirs=create_dirs)
         try:
             _checked_regular(fd, where, kind)
             os.set_blocking(fd, True)
         except BaseException:
             os.close(fd)
             raise
-        return os.fdopen(fd, "rb")
-
-    def open_append(self, rel: str | os.PathLike) -> IO[str]:
-        """A text file opened for appending (created if missing), never through a symlink."""
-        fd, where = self._open(rel, os.O_WRONLY | os.O_APPEND | os.O_CREAT, create_dirs=True)
-        try:
-            _checked_regular(fd, where, None)
-            os.set_blocking(fd, True)
-        except BaseException:
-            os.close(fd)
-            raise
-        return os.fdopen(fd, "a", encoding="utf-8")
+        return fd
 
     def write_atomic(self, rel: str | os.PathLike, data: bytes | str) -> None:
         """Replace ``root/rel`` with ``data``: a temp file in the same directory, then a rename (which replaces a
