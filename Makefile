@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 # Extras the test suite exercises. alfworld builds fast-downward from source
 # (cmake + g++, ~5 min the first time; pip caches the wheel afterwards). dmc is wheels only
 # (dm-control + MuJoCo, ~180 MB, no build), so the DeepMind Control tests run rather than skip.
-TEST_EXTRAS ?= llm,api,serve,eval,webshop,alfworld,distributed,models,tracking,export,lora,atari,dmc,dev
+TEST_EXTRAS ?= llm,api,serve,eval,webshop,alfworld,distributed,models,tracking,export,lora,atari,dmc,openenv,dev
 PYTEST_ARGS ?=
 # fast-downward's build calls a bare `python`: the venv must come first on PATH.
 VENV_PATH := PATH="$(abspath $(VENV))/bin:$$PATH"

@@ -38,7 +38,7 @@ DEFAULT_MINIGRID_ID = "MiniGrid-DoorKey-5x5-v0"
 BUILTIN_TASK_MODULES = ("echo_rl.environments.alfworld", "echo_rl.environments.webshop",
                         "echo_rl.environments.cruxeval", "echo_rl.environments.arc",
                         "echo_rl.environments.minigrid", "echo_rl.environments.terminal.env",
-                        "echo_rl.environments.terminal.intercode")
+                        "echo_rl.environments.terminal.intercode", "echo_rl.environments.openenv_task")
 
 #: gymnasium task families (``family:<id>``) and the classic-control ids accepted without ``gym:``
 GYM_FAMILIES = ("gym", "minigrid-pixels", "atari", "dmc", "dmc-pixels")

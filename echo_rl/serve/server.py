@@ -18,10 +18,12 @@ class ModelServer:
     connectable as soon as ``start()`` returns.
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning") -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning",
+                 uvicorn_options: dict | None = None) -> None:
         if not 0 <= int(port) <= 65535:
             raise ConfigError(f"port={port!r} is invalid: must be in [0, 65535]")
         self.app, self.host, self.port, self.log_level = app, host, int(port), log_level
+        self.uvicorn_options = dict(uvicorn_options or {})  # e.g. lifespan="on", ws_max_size (echo-rl serve-env)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
@@ -44,7 +46,8 @@ class ModelServer:
             raise ConfigError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
         self.port = sock.getsockname()[1]
         self._sock = sock
-        config = uvicorn.Config(self.app, log_level=self.log_level, lifespan="off", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(self.app, **{"log_level": self.log_level, "lifespan": "off",
+                                             "timeout_graceful_shutdown": 5, **self.uvicorn_options})
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
                                         name=f"echo-rl-serve:{self.port}")
@@ -72,7 +75,7 @@ class ModelServer:
     def serve_forever(self) -> None:
         """Block in the calling thread (used by the CLI, so Ctrl-C stops it cleanly)."""
         uvicorn = require("uvicorn", "serve")
-        uvicorn.run(self.app, host=self.host, port=self.port, log_level=self.log_level)
+        uvicorn.run(self.app, host=self.host, port=self.port, log_level=self.log_level, **self.uvicorn_options)
 
     def __enter__(self) -> "ModelServer":
         return self.start()
