@@ -58,8 +58,13 @@ class TwoFieldAction(core.Action):
     target: str
 
 
-def word_game_app(action_cls=SayAction):
-    return core.create_fastapi_app(WordGame, action_cls, SayObservation, max_concurrent_envs=1)
+class ConcurrentWordGame(WordGame):
+    SUPPORTS_CONCURRENT_SESSIONS = True  # each session its own game: several episodes at once
+
+
+def word_game_app(action_cls=SayAction, sessions=1):
+    game = WordGame if sessions == 1 else ConcurrentWordGame
+    return core.create_fastapi_app(game, action_cls, SayObservation, max_concurrent_envs=sessions)
 
 
 @contextlib.contextmanager
