@@ -40,6 +40,7 @@ from echo_rl.environments.base import (ROLES, Segment, StepOutcome, TextEnvironm
 
 OPENENV_EXTRA = "pip install 'echo-rl[openenv]'"
 SCHEMES = ("http", "https", "ws", "wss")
+MAX_MESSAGE_MB = 16.0  # a server's reply over this closes the session (observations are cut to 1M characters anyway)
 _SKIP_FIELDS = ("metadata", "done", "reward")  # OpenEnv's own Observation fields, not the environment's text
 
 
@@ -129,7 +130,8 @@ class OpenEnvTask(TextEnvironment):
         self._disconnect()
         core = import_openenv()
         client = core.GenericEnvClient(base_url=self.config.url, connect_timeout_s=self.config.connect_timeout,
-                                       message_timeout_s=self.config.message_timeout).sync()
+                                       message_timeout_s=self.config.message_timeout,
+                                       max_message_size_mb=MAX_MESSAGE_MB).sync()
         self._holder[0] = client
         try:
             client.connect()

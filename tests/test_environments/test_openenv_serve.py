@@ -93,6 +93,9 @@ def test_hostile_requests_are_refused(minigrid_url):
                     {"type": "step", "data": {"text": 7}}):
             ws.send(json.dumps(bad))
             assert json.loads(ws.recv())["type"] == "error"
+        ws.send(json.dumps({"type": "mcp", "data": {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                                    "params": {"name": "step", "arguments": {}}}}))
+        assert "does not support MCP" in json.dumps(json.loads(ws.recv()))  # no tool runs behind the session
         ws.send(json.dumps({"type": "reset", "data": {"seed": 1, "task_index": 10 ** 12}}))
         assert "task_index" in json.loads(ws.recv())["data"]["message"]
         ws.send(json.dumps({"type": "step", "data": {"text": "turn left"}}))  # the session survived all of it

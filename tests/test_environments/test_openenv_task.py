@@ -71,6 +71,18 @@ def test_max_steps_truncates_and_frees_the_session(url):
     again.close()
 
 
+def test_an_env_dropped_mid_episode_frees_its_session(url):
+    import gc
+
+    env = _game(url)
+    env.reset(seed=4)
+    del env
+    gc.collect()  # its finalizer closes the session: this one-session server takes the next episode
+    again = _game(url)
+    again.reset(seed=4)
+    again.close()
+
+
 def test_the_server_ends_a_lost_episode_with_reward_zero(url):
     env = _game(url)
     env.reset(seed=2)
