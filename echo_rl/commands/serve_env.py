@@ -7,6 +7,8 @@ import sys
 
 from echo_rl.commands.eval import _env_options
 from echo_rl.config import ConfigError
+from echo_rl.environments.openenv_server import build_app, is_loopback
+from echo_rl.serve.server import ModelServer
 
 NAME = "serve-env"
 HELP = ("serve a text task (minigrid, terminal, ...) as an OpenEnv environment server (/ws sessions, /reset, /step, "
@@ -29,9 +31,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from echo_rl.environments.openenv_server import build_app, is_loopback
-    from echo_rl.serve.server import ModelServer
-
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port={args.port} is invalid: must be in [0, 65535]")
     app = build_app(args.task, _env_options(args.set), max_sessions=args.max_sessions,
