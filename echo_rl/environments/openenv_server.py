@@ -8,7 +8,7 @@ built on them (TRL, ART, ...) use EchoRL's tasks unchanged. What this module add
 
 - the models: the action is ``{"text": REPLY}`` (the task parses it as it parses
   any reply: a MiniGrid action word, a ``<bash>`` tool call); the observation
-  carries ``text``, its RFC 010 role ``segments`` (``env_output`` / ``warning``,
+  carries ``text``, its role ``segments`` (``env_output`` / ``warning`` as in RFC 010,
   the characters ECHO's masks need), ``won``, ``truncated``, ``admissible_actions``,
   ``step`` and ``task_id``; ``/metadata`` gives the task's reply instruction;
 - a guard in front of the app, because a served environment takes input from
@@ -130,7 +130,7 @@ def _models(core: Any, max_action_chars: int) -> tuple[type, type, type]:
         """The task's observation; ``segments`` say which characters are env_output and which warning."""
 
         text: str = Field("", description="the observation text (the segments' texts joined)")
-        segments: list[dict[str, str]] = Field(default_factory=list, description="RFC 010 role segments")
+        segments: list[dict[str, str]] = Field(default_factory=list, description="role segments: env_output / warning")
         admissible_actions: list[str] | None = Field(None, description="the valid replies, where the task has a list")
         won: bool = Field(False, description="the episode was won")
         truncated: bool = Field(False, description="the episode hit its step limit (done, not terminated)")

@@ -10,8 +10,9 @@ so any server built from its server code is a task EchoRL trains on:
   (``action_field``, found from its ``/schema`` when it has a single text field),
   or, with ``action_json``, the whole action as a JSON object;
 - the observation becomes ``env_output`` text (one field, or ``key: value``
-  lines); where the server sends RFC 010 role segments (``segments``: a list of
-  ``{"role", "text"}``, as ``echo-rl serve-env`` does) they are kept as they are;
+  lines); where the server sends role segments (``segments``: a list of
+  ``{"role", "text"}`` with the env_output / warning roles of RFC 010's
+  trajectory masks, as ``echo-rl serve-env`` does) they are kept as they are;
 - an action the server refuses (a validation or execution error) is a
   ``warning`` segment and the episode goes on, as for every EchoRL task;
 - ``reward`` (None: 0) and ``done`` map to the step's reward and termination;
@@ -61,7 +62,7 @@ class OpenEnvConfig(ConfigBase):
     action_field: str | None = spec(None, help="the action field the reply text fills (None: the one text field "
                                     "of the server's action schema)")
     action_json: bool = spec(False, help="the reply is the whole action as a JSON object (multi-field actions)")
-    observation_field: str | None = spec(None, help="the observation field shown as text (None: RFC 010 segments "
+    observation_field: str | None = spec(None, help="the observation field shown as text (None: role segments "
                                          "where sent, else the only field, else 'key: value' lines)")
     reset_kwargs: dict = spec(default_factory=dict, help="extra keyword arguments of every reset (e.g. split)")
     num_seeds: int = spec(1_000_000, help="episodes reset the server with seed = a task index in [0, num_seeds)",
