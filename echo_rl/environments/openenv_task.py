@@ -27,7 +27,6 @@ unreachable URL or a server that fails mid-episode raises one line naming the UR
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.request
 import weakref
 from dataclasses import dataclass
