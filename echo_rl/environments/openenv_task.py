@@ -27,6 +27,7 @@ unreachable URL or a server that fails mid-episode raises one line naming the UR
 from __future__ import annotations
 
 import json
+import math
 import urllib.request
 import weakref
 from dataclasses import dataclass
@@ -192,11 +193,13 @@ class OpenEnvTask(TextEnvironment):
             return StepOutcome(warning(f"The environment refused the action: {result}"))
         self._obs = result.observation if isinstance(result.observation, dict) else {}
         reward = float(result.reward) if isinstance(result.reward, (int, float)) else 0.0
+        reward = reward if math.isfinite(reward) else 0.0  # a NaN from the server must not reach the loss
         done = bool(result.done)
+        truncated = done and self._obs.get("truncated") is True  # a served EchoRL task says which end it was
         won = self._obs.get("won")
         won = bool(won) if isinstance(won, bool) else done and reward >= self.config.win_reward
-        return StepOutcome(self._segments(self._obs), reward=reward, terminated=done, won=won,
-                           truncated=bool(self._obs.get("truncated") is True))
+        return StepOutcome(self._segments(self._obs), reward=reward, terminated=done and not truncated, won=won,
+                           truncated=truncated)
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
         out = super().step(action)

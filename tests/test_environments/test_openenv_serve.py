@@ -73,6 +73,13 @@ def test_echorl_trains_on_its_own_served_task(minigrid_url):
     assert [s.role for s in info["segments"]] == [WARNING] and obs.startswith("Unknown action")
     assert info["task_id"].startswith("MiniGrid-DoorKey-5x5-v0")
     env.close()
+    long = make_env("openenv", url=minigrid_url, max_steps=1000)  # only the server's limit (MiniGrid's 250) ends it
+    long.reset(seed=0)
+    for steps in range(1, 1000):
+        _, _, terminated, truncated, _ = long.step("turn left")
+        if terminated or truncated:
+            break
+    assert (steps, truncated, terminated) == (250, True, False)  # the served task's truncation stays one here
 
 
 def test_hostile_requests_are_refused(minigrid_url):

@@ -83,6 +83,15 @@ def test_an_env_dropped_mid_episode_frees_its_session(url):
     again.close()
 
 
+def test_a_busy_server_is_a_one_line_error(url):
+    holder = _game(url)
+    holder.reset(seed=0)  # takes the server's only session
+    with pytest.raises(ConfigError, match=r"reset was refused by the OpenEnv server at .*CAPACITY_REACHED") as err:
+        _game(url).reset(seed=1)
+    assert "\n" not in str(err.value)
+    holder.close()
+
+
 def test_the_server_ends_a_lost_episode_with_reward_zero(url):
     env = _game(url)
     env.reset(seed=2)
