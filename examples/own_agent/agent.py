@@ -1,8 +1,8 @@
 """An agent you could have written already: it plays MiniGrid-as-text through tool calls with the openai client.
 
 Run it against any OpenAI-compatible endpoint (OPENAI_BASE_URL, OPENAI_API_KEY, ECHO_RL_MODEL), or train it
-with ``echo-rl train --task external --set external.command="python examples/own_agent/agent.py"``: the
-trainer sets those variables per episode, records every turn and takes the reward from ``report``.
+with ``echo-rl train --task external --command "python examples/own_agent/agent.py"``: the trainer sets those
+variables per episode, records every turn and takes the reward from ``report``.
 """
 
 import json
