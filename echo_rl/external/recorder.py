@@ -78,6 +78,7 @@ class Segment:
     offset: int  # rendered messages before the request's own (the text tool format's system instruction)
     prompt_length: int
     turns: int = 0
+    anchors: list[str] = field(default_factory=list)  # the observation each turn starts from (GiGPO's anchor)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Turn:
         self.context: tuple[list[int], list[int]] = ([], [])
         self.base_turns = sum(s.turns for s in episode.segments)
         self.fresh = self.split = False
+        self.anchor = ""
 
     def prompt(self, _messages: Any = None) -> list[int]:
         """The stream the engine continues: the open segment plus the template's delta for the new messages,
@@ -122,6 +124,7 @@ class Turn:
                 ids += delta.token_ids
                 roles += delta.roles
             self.segment, self.context = seg, (ids, roles)
+            self.anchor = "".join(m["content"] for m in new)
             return seg.stream.token_ids + ids
         self.split = seg is not None and seg.turns > 0
         renderer = ToolRenderer(tok, self.plan.schemas if self.plan.mode == "template" else None)
@@ -137,7 +140,7 @@ class Turn:
         stream = TokenStream(episode_id=len(ep.segments), policy_version=ep.policy_version)
         self.segment = Segment(stream, renderer, tools_key, [dict(m) for m in self.messages], [], offset, len(ids))
         self.context = (ids, roles)
-        self.fresh = True
+        self.fresh, self.anchor = True, last["content"]
         return list(ids)
 
     def _continues(self, seg: Segment, sigs: list[tuple], tools_key: Any) -> bool:
@@ -175,6 +178,7 @@ class Turn:
             seg.history.append({"role": "assistant", "content": decoded})
             content, calls = self.plan.read(self.plan.prefill + text)
             seg.sigs = sigs + [_reply_signature(content, calls)]
+            seg.anchors.append(self.anchor)
             seg.turns += 1
             rec.count("turns")
 
@@ -255,6 +259,7 @@ class Recorder:
         for k, seg in enumerate(s for s in ep.segments if s.turns):
             seg.stream.rewards[-1] = ep.reward
             out.append(seg.stream.to_trajectory(seg.prompt_length, rollout_id=ep.rollout_id, task=ep.task,
-                                                segment=k, splits=ep.splits, history=list(seg.history)))
+                                                segment=k, splits=ep.splits, history=list(seg.history),
+                                                anchor_states=list(seg.anchors)))
         return ep, out
 

@@ -20,7 +20,7 @@ def test_the_example_trains_for_an_update(tiny_path, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENT_MAX_TOKENS", "6")
     code = main(["train", "--task", "external", "--backbone", "tiny", "--command", f"{sys.executable} {AGENT}",
                  "--episodes", "2", "--concurrency", "2", "--updates", "1", "--run-dir", str(tmp_path / "run"),
-                 "--no-progress"])
+                 "--no-progress", "--set", "lm_config.objective=gigpo"])  # GiGPO: the turns' anchors are recorded
     assert code == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1
