@@ -72,19 +72,13 @@ class ExternalRunner:
         self.server.stop()
 
     @property
-    def engine(self) -> Any:
-        return self.server.app.state.engine_host.engine
-
-    @property
     def root(self) -> str:
         return f"http://{self.server.host}:{self.server.port}"
 
     def sync(self, state_dict: dict | None, version: int) -> None:
         """Load the learner's weights as ``version`` (between batches: in-flight episodes keep their tokens'
         versions, and their episode is judged by the staleness rule)."""
-        host = self.server.app.state.engine_host
-        loop = host._ensure_started()
-        asyncio.run_coroutine_threadsafe(self.engine.update_weights(state_dict, version=version), loop).result()
+        self.server.app.state.engine_host.update_weights(state_dict, version)
         self.recorder.version = version
 
     async def batch(self, episodes: int) -> ExternalBatch:

@@ -114,6 +114,12 @@ class EngineHost:
         finally:
             fut.cancel()  # cancels pump() on the engine's loop, which aborts the request (a no-op once done)
 
+    def update_weights(self, state_dict: dict | None, version: int, timeout: float = 600.0) -> int:
+        """Load new weights as policy ``version`` between engine steps (a trainer serving its policy)."""
+        loop = self._ensure_started()
+        coro = self.engine.update_weights(state_dict, version=version)
+        return _api_errors(lambda: asyncio.run_coroutine_threadsafe(coro, loop).result(timeout))
+
     def snapshot(self) -> dict[str, float]:
         return self.engine.snapshot()
 
