@@ -59,3 +59,30 @@ def test_cli_refuses_bad_external_flags(capsys):
     assert main(["train", "--task", "external", "--command", "true", "--concurrency", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--concurrency=0 must be >= 1" in err[0]
+
+
+def test_requests_must_name_a_live_rollout(tiny):
+    import openai
+
+    msgs = [{"role": "user", "content": "hi"}]
+    with ExternalRunner(tiny, ["true"]) as runner:
+        def ask(path, key=runner.key, **kw):
+            client = openai.OpenAI(base_url=f"{runner.root}{path}", api_key=key, max_retries=0)
+            return client.chat.completions.create(model="policy", messages=msgs, max_tokens=2, **kw)
+
+        runner.recorder.start("live")
+        assert ask("/rollout/live/v1").choices[0].message.content is not None
+        with pytest.raises(openai.BadRequestError, match="n must be 1"):
+            ask("/rollout/live/v1", n=2)
+        with pytest.raises(openai.BadRequestError, match="must name its rollout"):
+            ask("/v1")
+        with pytest.raises(openai.NotFoundError, match="'nope' is unknown"):
+            ask("/rollout/nope/v1")
+        with pytest.raises(openai.NotFoundError, match="rollout paths are"):
+            ask("/rollout/bad%20id/v1")
+        with pytest.raises(openai.AuthenticationError, match="API key"):
+            ask("/rollout/live/v1", key="guess")
+        runner.recorder.finish("live")
+        with pytest.raises(openai.ConflictError, match="'live' is finished"):
+            ask("/rollout/live/v1")
+        assert runner.recorder.counts["turns"] == 1
