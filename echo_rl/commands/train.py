@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="minigrid, minigrid:<EnvId> (e.g. minigrid:MiniGrid-DoorKey-8x8-v0), CartPole-v1, "
                                   "gym:<EnvId>, minigrid-pixels:<EnvId>, atari:<Game>, continuous-action tasks for "
                                   "ppo (Pendulum-v1, dmc:<domain>-<task>, dmc-pixels:<domain>-<task>) or a text "
-                                  "task (alfworld, webshop, cruxeval, arc); external: your own agent program (--command)")
+                                  "task (alfworld, webshop, cruxeval, arc); external: your own agent program "
+                                  "(--command)")
     p.add_argument("--agent", help="learning agent (default: ppo; on text tasks ppo is GRPO and echo-rl is "
                                    "ECHO + latent plan)")
     p.add_argument("--backbone", help="language-model backbone for text tasks: tiny, tiny:<preset>, smollm2-135m "

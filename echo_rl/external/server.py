@@ -32,7 +32,8 @@ class RolloutRouter:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = [(k, v) for k, v in scope["headers"] if k != ROLLOUT_HEADER or not scope["path"].startswith("/rollout")]
+        on_path = scope["path"].startswith("/rollout/")  # the path names the rollout: a header cannot override it
+        headers = [(k, v) for k, v in scope["headers"] if k != ROLLOUT_HEADER or not on_path]
         auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         if scope["path"] != "/health" and not hmac.compare_digest(auth, f"Bearer {self.key}"):
             return await _send_error(send, 401, "missing or wrong API key: use the OPENAI_API_KEY this trainer set")

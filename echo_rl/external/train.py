@@ -41,7 +41,8 @@ def train_external(config: TrainingConfig, command: Sequence[str], *, episodes: 
     model, tokenizer = load_policy(config.backbone, config.seed)
     config = resolve_lm_defaults(config, is_tiny(model))
     model = model.to(config.device)  # the learner's copy; the served engine loads its own on the same device
-    served = LocalBackbone(_checkpoint(config.backbone, config.seed), device=config.device, name="policy")
+    served = LocalBackbone(_checkpoint(config.backbone, config.seed), device=config.device,  # the learner's precision
+                           dtype=config.lm_config.compute_dtype, name="policy")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = LMTrainer(config, model, None, pad, config.lm_config.env_loss_coef
                         if config.agent == "echo-rl" else 0.0,
