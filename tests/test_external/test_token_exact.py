@@ -6,9 +6,7 @@ three-turn episodes against the trainer's loopback server with the tiny model; e
 and each recorded trajectory is checked against the log and against the messages the program sent.
 """
 
-import asyncio
 import concurrent.futures
-import json
 from contextlib import aclosing
 
 import pytest
