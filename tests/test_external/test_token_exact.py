@@ -86,7 +86,21 @@ def program(root, key, rid, i, sent):
 
 
 def test_200_episodes_are_token_exact(tiny):
-    sent, episodes = {}, 200
+    check_episodes(tiny, 200)
+
+
+def test_a_template_with_its_own_tool_format(tiny_path):
+    """Tools rendered by the template itself (Hermes' format, as Qwen2.5's): the recorder renders with them."""
+    from echo_rl.models.local import LocalBackbone
+    from tests.test_serve.test_serve_tool_calls import HERMES
+
+    backbone = LocalBackbone(tiny_path, device="cpu", name="tiny")
+    backbone.tokenizer.chat_template = HERMES
+    check_episodes(backbone, 20)
+
+
+def check_episodes(tiny, episodes):
+    sent = {}
     with ExternalRunner(tiny, ["true"], concurrency=16) as runner:
         records = log_engine(runner)
         rids = [f"ep{i}" for i in range(episodes)]
@@ -125,6 +139,7 @@ def test_200_episodes_are_token_exact(tiny):
     assert splits == counts["splits"] == episodes // 10 * 2  # every editing / re-sending episode, once
     assert turns == 3 * episodes and warned >= 1 and counts.get("conflicts", 0) == 0, (turns, warned, counts)
     assert {t.info["task"] for t in trajs} == {f"start-{k}" for k in range(5)}
+    assert all(len(t.info["anchor_states"]) == t.num_turns for t in trajs)
 
     batch = collate(trajs, 0)  # the learner's teacher-forced log-probs of the sampled tokens are the sampler's
     with torch.no_grad():
