@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 
 from echo_rl.config import ConfigError, TrainingConfig, parse_override
 
@@ -26,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="minigrid, minigrid:<EnvId> (e.g. minigrid:MiniGrid-DoorKey-8x8-v0), CartPole-v1, "
                                   "gym:<EnvId>, minigrid-pixels:<EnvId>, atari:<Game>, continuous-action tasks for "
                                   "ppo (Pendulum-v1, dmc:<domain>-<task>, dmc-pixels:<domain>-<task>) or a text "
-                                  "task (alfworld, webshop, cruxeval, arc)")
+                                  "task (alfworld, webshop, cruxeval, arc); external: your own agent program "
+                                  "(--command)")
     p.add_argument("--agent", help="learning agent (default: ppo; on text tasks ppo is GRPO and echo-rl is "
                                    "ECHO + latent plan)")
     p.add_argument("--backbone", help="language-model backbone for text tasks: tiny, tiny:<preset>, smollm2-135m "
@@ -49,6 +51,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ablate.add_argument("--no-self-imitation", action="store_true",
                         help="no self-imitation updates on the steps of terminated episodes")
     ablate.add_argument("--no-world-model", action="store_true", help="no next-observation prediction loss")
+    ext = p.add_argument_group("your own agent program (--task external; docs/external.md)")
+    ext.add_argument("--command", help="the program to run per episode, e.g. 'python agent.py' (it gets "
+                                       "OPENAI_BASE_URL, OPENAI_API_KEY and reports with echo_rl.external.report)")
+    ext.add_argument("--episodes", type=int, default=8, help="episodes per learner update (default 8)")
+    ext.add_argument("--concurrency", type=int, default=4, help="episodes running at once (default 4)")
+    ext.add_argument("--episode-timeout", type=float, default=300.0, help="seconds before an episode is killed "
+                                                                           "and counted as timed out (default 300)")
+    ext.add_argument("--updates", type=int, default=10, help="learner updates (default 10)")
     p.add_argument("--config", metavar="FILE", help="YAML TrainingConfig; flags given here override it")
     p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],
                    help="override any config field, e.g. --set ppo_config.learning_rate=1e-3 (repeatable)")
@@ -91,7 +101,31 @@ def build_config(args: argparse.Namespace) -> TrainingConfig:
     return config
 
 
+def run_external(args: argparse.Namespace) -> int:
+    """``--task external``: the policy is served to the user's program (echo_rl/external/)."""
+    import shlex
+
+    if not args.command:
+        raise ConfigError("--task external needs --command: the agent program to run per episode, e.g. "
+                          "--command 'python examples/own_agent/agent.py'")
+    if args.concurrency < 1 or args.episode_timeout <= 0 or args.resume:
+        raise ConfigError(f"--concurrency={args.concurrency} must be >= 1 and --episode-timeout="
+                          f"{args.episode_timeout} > 0; --resume is not supported with --task external")
+    command = shlex.split(args.command)
+    args.task = None
+    config = build_config(args)
+    from echo_rl.external.train import train_external  # torch: loaded on first use
+
+    run_dir = args.run_dir or f"{config.results_dir}/external-{config.agent}-seed{config.seed}-{int(time.time())}"
+    rows = train_external(config, command, episodes=args.episodes, concurrency=args.concurrency,
+                          episode_timeout=args.episode_timeout, updates=args.updates, run_dir=run_dir)
+    print(f"done: {len(rows)} updates | run dir {run_dir}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.task == "external":
+        return run_external(args)
     config = build_config(args)
     from echo_rl.training.trainer import EchoRLTrainer  # torch, gymnasium, minigrid: loaded on first use
 

@@ -77,6 +77,12 @@ def cpu_update(update: WeightUpdate) -> WeightUpdate:
     return WeightUpdate(update.version, cpu(update.model), cpu(update.planner))
 
 
+def within_lag(learner_version: int, policy_version: int, max_lag: int) -> bool:
+    """The staleness rule: a trajectory is trained on only when its policy is at most ``max_lag`` versions
+    behind the learner's (0: only the current version)."""
+    return learner_version - policy_version <= max_lag
+
+
 def split(total: int, shares: list[int]) -> list[int]:
     """``total`` in proportion to ``shares`` (integers that sum to ``total``)."""
     n, cum, out = sum(shares), 0, []
@@ -246,7 +252,7 @@ class RayLMGenerator:
                 t.group_id, t.episode_id = t.group_id + g0, t.episode_id + e0
                 lag = self.version - t.policy_version
                 lags.append(lag)
-                if lag > self.max_lag:
+                if not within_lag(self.version, t.policy_version, self.max_lag):
                     dropped += 1
                 else:
                     trajs.append(t)

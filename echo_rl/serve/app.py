@@ -40,8 +40,9 @@ MAX_JSON_DEPTH = 32  # the deepest valid body is 5 levels; deeper input is refus
 
 
 def create_app(backbone: LocalBackbone, *, model_name: str | None = None, default_max_tokens: int = 256,
-               max_concurrent: int = 64) -> Any:
-    """Build the FastAPI app serving ``backbone`` under ``model_name``.
+               max_concurrent: int = 64, recorder: Any = None) -> Any:
+    """Build the FastAPI app serving ``backbone`` under ``model_name``; with a ``recorder``
+    (:class:`echo_rl.external.recorder.Recorder`) every chat turn is recorded into its rollout's episode.
 
     The app owns one engine (``app.state.engine_host``), started by the first
     request and stopped at shutdown (the lifespan, or :class:`ModelServer.stop`).
@@ -72,15 +73,16 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
     app.state.engine_host = host
 
     async def events(prompt_ids: list[int], params: SamplingParams, stream: bool,
-                     keep: tuple[str, ...] = ()) -> AsyncIterator[TextDelta | Completion]:
+                     keep: tuple[str, ...] = (), turn: Any = None) -> AsyncIterator[TextDelta | Completion]:
         """One completion as the engine decodes it: text pieces as they become final, then the Completion.
 
         A stop string ends the request in the engine. Log-probs, when asked, are scored per piece when
         ``stream`` (one forward over the history each) and once at the end otherwise. Closing this
         iterator early aborts the request. ``keep``: stop strings kept in the text (tool calls' closing tags).
+        ``turn``: a recorded turn, given the sampled ids (up to the stop, EOS included) and the engine's log-probs.
         """
         text = StreamText(backbone.tokenizer, params.stop, keep)
-        sampled, finish, scored, lps = 0, "length", 0, []
+        sampled, finish, scored, lps, eos, sink = 0, "length", 0, [], [], []
 
         async def piece(part: str) -> TextDelta:
             nonlocal scored
@@ -94,13 +96,15 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             return TextDelta(part, toks)
 
         async with aclosing(host.stream(prompt_ids, max_tokens=params.max_tokens, temperature=params.temperature,
-                                        top_p=params.top_p, seed=params.seed)) as tokens:
+                                        top_p=params.top_p, seed=params.seed,
+                                        **({"logprobs": sink} if turn else {}))) as tokens:
             async for item in tokens:
                 if isinstance(item, Generated):
                     finish = item.finish_reason
                     break
                 sampled += 1
                 if item in host.stop_ids:  # EOS: it ends the request and carries no text
+                    eos.append(item)
                     continue
                 part = text.push(item)
                 if part or (text.stopped and stream and params.logprobs):
@@ -114,14 +118,18 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         kept = text.kept
         if params.logprobs and not stream:
             lps = await run_in_threadpool(_score, backbone, prompt_ids, kept, params.top_logprobs)
+        if turn is not None:
+            turn.done(text.ids[:text.used] if text.stopped else text.ids + eos, sink, text.text[:text.sent],
+                      host.engine.policy_version)
         usage = Usage(len(prompt_ids), text.used if text.stopped else sampled, 0.0, 1)
         backbone._record(usage)
         yield Completion(text.text[:text.sent], "stop" if text.stopped else finish, usage, name, token_ids=kept,
                          prompt_token_ids=list(prompt_ids), logprobs=lps if params.logprobs else None)
 
-    async def run_one(prompt_ids: list[int], params: SamplingParams, keep: tuple[str, ...] = ()) -> Completion:
+    async def run_one(prompt_ids: list[int], params: SamplingParams, keep: tuple[str, ...] = (),
+                      turn: Any = None) -> Completion:
         """One completion through the shared engine, with serve's stop strings, usage and log-probs."""
-        async with aclosing(events(prompt_ids, params, stream=False, keep=keep)) as items:
+        async with aclosing(events(prompt_ids, params, stream=False, keep=keep, turn=turn)) as items:
             async for item in items:
                 if isinstance(item, Completion):
                     return item
@@ -231,7 +239,8 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
         req = await parse(request, ChatCompletionRequest)
         try:
             plan, messages, render = tool_prompt(req, backbone)
-            prompt_ids = await run_in_threadpool(render, messages)
+            turn = recorder.open(request.headers.get("x-echo-rl-rollout"), req, plan, messages) if recorder else None
+            prompt_ids = await run_in_threadpool(turn.prompt if turn else render, messages)
         except ToolRequestError as exc:
             raise APIError(400, str(exc), param=exc.param) from None
         except TemplateLimitError as exc:  # the model's template is at fault, not the request
@@ -246,7 +255,7 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
             if req.n != 1:
                 raise APIError(400, "n must be 1 when stream is true", param="n")
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            gen = events(prompt_ids, params, stream=True, keep=plan.keep_stops)
+            gen = events(prompt_ids, params, stream=True, keep=plan.keep_stops, turn=turn)
             # the first piece is awaited before the 200 goes out, so a request that fails at once gets a status
             try:
                 first = await unless_gone(request, gen.__anext__())
@@ -257,8 +266,8 @@ def create_app(backbone: LocalBackbone, *, model_name: str | None = None, defaul
                                                   ToolStream(plan) if plan.mode != "none" else None),
                                      media_type="text/event-stream")
         choices, usage = [], {"prompt_tokens": len(prompt_ids), "completion_tokens": 0}
-        dones = await unless_gone(request, asyncio.gather(*(run_one(prompt_ids, with_seed(params, i), plan.keep_stops)
-                                                           for i in range(req.n))))
+        dones = await unless_gone(request, asyncio.gather(*(run_one(prompt_ids, with_seed(params, i), plan.keep_stops,
+                                                                   turn) for i in range(req.n))))
         for i, done in enumerate(dones):
             usage["completion_tokens"] += done.usage.completion_tokens
             content, calls = plan.read(plan.prefill + done.text)

@@ -80,9 +80,10 @@ class EngineHost:
         return Generated(list(res.token_ids), res.finish_reason)
 
     async def stream(self, prompt_ids: list[int], *, max_tokens: int, temperature: float, top_p: float,
-                     seed: int | None) -> AsyncIterator[int | Generated]:
+                     seed: int | None, logprobs: list[float] | None = None) -> AsyncIterator[int | Generated]:
         """Sampled token ids as the engine decodes them, then the :class:`Generated`; closing the iterator
-        (or cancelling its consumer) aborts the request in the engine."""
+        (or cancelling its consumer) aborts the request in the engine. ``logprobs``: a list the sampler's
+        log-prob of each token is appended to (a recorded episode's behaviour log-probs)."""
         loop = self._ensure_started()
         here = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -104,12 +105,20 @@ class EngineHost:
         try:
             while (item := await queue.get()) is not end:
                 if isinstance(item, tuple):
+                    if logprobs is not None:
+                        logprobs.append(float(item[1]))
                     yield int(item[0])
                 else:
                     yield Generated(list(item.token_ids), item.finish_reason)
             _api_errors(fut.result)
         finally:
             fut.cancel()  # cancels pump() on the engine's loop, which aborts the request (a no-op once done)
+
+    def update_weights(self, state_dict: dict | None, version: int, timeout: float = 600.0) -> int:
+        """Load new weights as policy ``version`` between engine steps (a trainer serving its policy)."""
+        loop = self._ensure_started()
+        coro = self.engine.update_weights(state_dict, version=version)
+        return _api_errors(lambda: asyncio.run_coroutine_threadsafe(coro, loop).result(timeout))
 
     def snapshot(self) -> dict[str, float]:
         return self.engine.snapshot()

@@ -27,7 +27,7 @@ FLOORS = (
     ("training", "prompting"),
     ("vector",),
     ("lm",),
-    ("core", "export", "evaluation", "experiments"),
+    ("core", "export", "evaluation", "experiments", "external"),
     ("hub",),
     ("commands",),
     ("cli", "agents", "hub.apps"),  # entry points and the promised echo_rl.agents re-export
