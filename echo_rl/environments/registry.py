@@ -25,6 +25,7 @@ so ``import echo_rl`` stays cheap.
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -105,20 +106,22 @@ class TaskSpec:
 
 _TASKS: dict[str, TaskSpec] = {}
 _builtins_loaded = False
+_builtins_lock = threading.RLock()
 
 
 def _load_builtins() -> None:
     """Import the built-in task modules once; each registers its task(s) from its own file."""
     global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True  # first: the modules register through register_task while they import
-    try:
-        for module in BUILTIN_TASK_MODULES:
-            importlib.import_module(module)
-    except BaseException:
-        _builtins_loaded = False  # the next lookup raises the same error instead of missing tasks
-        raise
+    with _builtins_lock:  # reentrant: the modules register through register_task while they import
+        if _builtins_loaded:
+            return
+        _builtins_loaded = True  # first, for that re-entry; other threads wait on the lock until all are in
+        try:
+            for module in BUILTIN_TASK_MODULES:
+                importlib.import_module(module)
+        except BaseException:
+            _builtins_loaded = False  # the next lookup raises the same error instead of missing tasks
+            raise
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
