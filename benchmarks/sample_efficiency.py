@@ -58,7 +58,11 @@ SHARED = {
     "replay_config.min_experiences": 256,
 }
 
-# method -> (agent, overrides on top of SHARED)
+# Every echo-rl method's agent is the one the study measured: with the latent plan, whatever
+# echo_config.latent_plan's default is (the ablations below switch parts off from it).
+ECHO_STUDY_AGENT = {"echo_config.latent_plan": True}
+
+# method -> (agent, overrides on top of SHARED, and of ECHO_STUDY_AGENT for echo-rl methods)
 METHODS = {
     "echo-rl": ("echo-rl", {}),
     "ppo": ("ppo", {}),
@@ -168,7 +172,7 @@ def build_config(method: str, env: str, seed: int, total_steps: int):
 
     agent, extra = METHODS[method]
     cfg = TrainingConfig(env_name=f"minigrid:{env}", agent=agent, seed=seed, total_timesteps=total_steps)
-    return cfg.with_overrides({**SHARED, **extra})
+    return cfg.with_overrides({**SHARED, **(ECHO_STUDY_AGENT if agent == "echo-rl" else {}), **extra})
 
 
 def pretrain(name: str, env: str, seed: int, steps: int) -> tuple[dict, dict]:
