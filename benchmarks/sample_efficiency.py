@@ -229,7 +229,7 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
         return agent.evaluate(make, eval_episodes, eval_seed)
 
     curve, t0, next_eval, streak, stopped = [], time.perf_counter(), eval_every, 0, False
-    train_s = 0.0  # time in train_iteration alone: evaluations excluded (their count is the protocol's, not the agent's)
+    train_s = 0.0  # in train_iteration alone: evaluations excluded (their count is the protocol's, not the agent's)
     while agent.env_steps < total_steps and not stopped:
         t_it = time.perf_counter()
         agent.train_iteration()

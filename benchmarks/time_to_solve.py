@@ -120,7 +120,7 @@ def summary_table(rows: list[dict], threshold: float = 0.9) -> list[str]:
 
 
 def per_cell_table(cells: list[dict], threshold: float = 0.9) -> list[str]:
-    """Each cell's seconds to ``threshold``; a cell that never got there: its budget's seconds, flagged '(not solved)'."""
+    """Each cell's seconds to ``threshold``; one that never got there: its budget's seconds, flagged '(not solved)'."""
     seeds = sorted({c["seed"] for c in cells})
     lines = ["| env | method | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|---|" + "---|" * len(seeds)]
     envs = [e for e in se.ENVS if any(c["env"] == e for c in cells)] + sorted({c["env"] for c in cells} - set(se.ENVS))

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from echo_rl.config import ConfigError, TrainingConfig, parse_override
+from echo_rl.config import LATENT_PLAN_DEFAULT, ConfigError, TrainingConfig, parse_override
 
 NAME = "train"
 HELP = "train an agent and leave a run directory (config, metrics, checkpoints, curve, summary)"
@@ -46,9 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", help="Ray cluster to join with --backend ray (default: start a local Ray)")
     ablate = p.add_argument_group("EchoRL agent parts and ablations (--agent echo-rl)")
     ablate.add_argument("--plan", action="store_true",
-                        help="condition the policy on the latent plan (echo_config.latent_plan=true, today's "
-                             "default); the study found it changes nothing measurable at ~40%% of the vector "
-                             "agent's time (docs/results.md, the EchoRL vector agent)")
+                        help=f"condition the policy on the latent plan (echo_config.latent_plan=true; default: "
+                             f"{'on' if LATENT_PLAN_DEFAULT else 'off'}); the study found it changes nothing "
+                             "measurable at ~40%% of the vector agent's time (docs/results.md, the EchoRL vector "
+                             "agent)")
     ablate.add_argument("--no-plan", action="store_true", help="no latent plan (and so no plan KL)")
     ablate.add_argument("--no-kl", action="store_true", help="latent plan without the KL between consecutive plans")
     ablate.add_argument("--no-replay", action="store_true", help="no value/plan updates on replayed sequences")

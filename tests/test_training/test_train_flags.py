@@ -3,8 +3,7 @@ import argparse
 import pytest
 
 from echo_rl.commands import train
-from echo_rl.config import ConfigError
-from echo_rl.config.components import LATENT_PLAN_DEFAULT
+from echo_rl.config import LATENT_PLAN_DEFAULT, ConfigError
 
 
 def parse(*argv):
