@@ -58,7 +58,11 @@ SHARED = {
     "replay_config.min_experiences": 256,
 }
 
-# method -> (agent, overrides on top of SHARED)
+# Every echo-rl method's agent is the one the study measured: with the latent plan, whatever
+# echo_config.latent_plan's default is (the ablations below switch parts off from it).
+ECHO_STUDY_AGENT = {"echo_config.latent_plan": True}
+
+# method -> (agent, overrides on top of SHARED, and of ECHO_STUDY_AGENT for echo-rl methods)
 METHODS = {
     "echo-rl": ("echo-rl", {}),
     "ppo": ("ppo", {}),
@@ -129,6 +133,22 @@ def intrinsic_source(name: str | None) -> dict:
     return {"intrinsic_file": rel, "intrinsic_file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
+def cpu_name() -> str:
+    """The CPU's model name as ``lscpu`` gives it (a timing means nothing without it), else the platform's."""
+    import platform
+    import subprocess
+
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    for line in out.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Model name" and value.strip():
+            return f"{value.strip()} ({os.cpu_count()} CPUs)"
+    return f"{platform.processor() or platform.machine() or 'unknown'} ({os.cpu_count()} CPUs)"
+
+
 def parse_budgets(items: list[str], envs: list[str], default: int) -> dict[str, int]:
     """``--budget`` items for the run's envs; budgets naming other known envs are accepted and unused."""
     budgets = {e: default for e in envs}
@@ -152,7 +172,7 @@ def build_config(method: str, env: str, seed: int, total_steps: int):
 
     agent, extra = METHODS[method]
     cfg = TrainingConfig(env_name=f"minigrid:{env}", agent=agent, seed=seed, total_timesteps=total_steps)
-    return cfg.with_overrides({**SHARED, **extra})
+    return cfg.with_overrides({**SHARED, **(ECHO_STUDY_AGENT if agent == "echo-rl" else {}), **extra})
 
 
 def pretrain(name: str, env: str, seed: int, steps: int) -> tuple[dict, dict]:
@@ -192,7 +212,8 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
     cfg = build_config(method, env, seed, total_steps)
     meta = {"method": method, "env": env, "seed": seed, "total_steps": total_steps, "git_commit": code_commit(),
             **agent_source(cfg.agent), **intrinsic_source(cfg.intrinsic_reward), "early_stop": early_stop, "threshold": threshold,
-            "eval_every": eval_every, "eval_episodes": eval_episodes}
+            "eval_every": eval_every, "eval_episodes": eval_episodes, "cpu": cpu_name(),
+            "torch_threads": torch.get_num_threads()}
     weights = None
     if method in PRETRAINED:
         weights, pre = pretrain(PRETRAINED[method], env, seed, pretrain_steps)
@@ -208,12 +229,16 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
         return agent.evaluate(make, eval_episodes, eval_seed)
 
     curve, t0, next_eval, streak, stopped = [], time.perf_counter(), eval_every, 0, False
+    train_s = 0.0  # in train_iteration alone: evaluations excluded (their count is the protocol's, not the agent's)
     while agent.env_steps < total_steps and not stopped:
+        t_it = time.perf_counter()
         agent.train_iteration()
+        train_s += time.perf_counter() - t_it
         if agent.env_steps >= next_eval or agent.env_steps >= total_steps:
             ev = evaluate()
             curve.append({"step": agent.env_steps, "success_rate": ev["success_rate"],
-                          "avg_reward": ev["avg_reward"], "wall_s": round(time.perf_counter() - t0, 1)})
+                          "avg_reward": ev["avg_reward"], "wall_s": round(time.perf_counter() - t0, 1),
+                          "train_s": round(train_s, 2)})
             print(f"[{method} {env} s{seed}] {agent.env_steps} success={ev['success_rate']:.3f} "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)
             while next_eval <= agent.env_steps:
@@ -225,7 +250,7 @@ def run_cell(method: str, env: str, seed: int, total_steps: int, eval_every: int
                        {**meta, "curve": curve, "wall_s": round(time.perf_counter() - t0, 1)})
     agent.close()
     result = {**meta, "curve": curve, "stopped_early": stopped, "config": cfg.to_dict(),
-              "wall_s": round(time.perf_counter() - t0, 1)}
+              "wall_s": round(time.perf_counter() - t0, 1), "train_s": round(train_s, 2)}
     _write(Path(out) / "cells" / f"{cell_name(method, env, seed)}.json", result)
     (Path(out) / "partial" / f"{cell_name(method, env, seed)}.json").unlink(missing_ok=True)
     return result

@@ -12,6 +12,7 @@ policy's part names) and ``training`` (:class:`TrainingConfig`). Import from
 
 from echo_rl.config.base import ConfigBase, ConfigError, _coerce, _type_ok, parse_override, spec
 from echo_rl.config.components import (
+    LATENT_PLAN_DEFAULT,
     BandwidthConfig,
     DQNConfig,
     EchoAgentConfig,
@@ -33,7 +34,7 @@ from echo_rl.config.training import TrainingConfig
 
 __all__ = [
     "AUGMENTATION_NAMES", "BandwidthConfig", "ConfigBase", "ConfigError", "DQNConfig", "ENCODER_NAMES",
-    "EchoAgentConfig",
+    "EchoAgentConfig", "LATENT_PLAN_DEFAULT",
     "ExecutionConfig", "LMConfig", "NAME_RULES", "PPOConfig", "PlanningConfig", "ReplayConfig", "TrainingConfig",
     "name_rule", "parse_override", "register_name_rule", "spec",
 ]

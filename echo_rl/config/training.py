@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from echo_rl.config.base import ConfigBase, spec
+from echo_rl.config.base import ConfigBase, load_yaml_text, spec
 from echo_rl.config.components import (
     BandwidthConfig,
     DQNConfig,
@@ -14,6 +14,7 @@ from echo_rl.config.components import (
     PlanningConfig,
     PPOConfig,
     ReplayConfig,
+    with_saved_defaults,
 )
 from echo_rl.config.names import AUGMENTATION_NAMES, ENCODER_NAMES, name_rule
 
@@ -103,6 +104,16 @@ class TrainingConfig(ConfigBase):
     echo_config: EchoAgentConfig = spec(default_factory=EchoAgentConfig, help="EchoRL vector agent parts")
     lm_config: LMConfig = spec(default_factory=LMConfig, help="language-model agents on text tasks")
     dqn_config: DQNConfig = spec(default_factory=DQNConfig, help="the dqn agent's learner (off-policy, replay service)")
+
+    @classmethod
+    def from_saved(cls, data) -> "TrainingConfig":
+        """A config written earlier (a run directory's config.yaml, an exported policy's metadata): a field whose
+        default has changed since (``components.SAVED_DEFAULTS``) keeps the value it was saved under."""
+        return cls.from_dict(with_saved_defaults(data))
+
+    @classmethod
+    def from_saved_yaml_text(cls, text: str, source: str) -> "TrainingConfig":
+        return cls.from_saved(load_yaml_text(text, source) or {})
 
     @property
     def text_task(self) -> bool:

@@ -141,7 +141,7 @@ def safetensors_backend(path: Path) -> TorchBackend:
         raise ConfigError(f"{path} is not a loadable safetensors policy ({_one_line(exc)})") from None
     try:
         meta = json.loads(raw) if raw is not None else None
-        config = TrainingConfig.from_dict(meta.pop("config")) if type(meta) is dict and "config" in meta else None
+        config = TrainingConfig.from_saved(meta.pop("config")) if type(meta) is dict and "config" in meta else None
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: its {META_KEY!r} metadata is malformed ({_one_line(exc)})") from None
     if config is None:

@@ -224,7 +224,7 @@ class RunDirectory:
             if not os.path.lexists(path):
                 raise ConfigError(f"{flag} {run_dir} is not a run directory: it has no config.yaml")
             text = Jail(root).read_text("config.yaml", "config")
-            return TrainingConfig.from_yaml_text(text, f"config file {path}")
+            return TrainingConfig.from_saved_yaml_text(text, f"config file {path}")
         except UnicodeDecodeError:
             raise ConfigError(f"{flag} {run_dir}: {path} is not UTF-8 text") from None
         except OSError as exc:

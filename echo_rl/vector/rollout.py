@@ -279,10 +279,32 @@ def flat_forward(network: torch.nn.Module) -> Callable:
 
     if type(network) is not ActorCritic or _has_forward_hooks(network):
         return network
-    heads = []
-    for head in (network.actor, network.critic):
-        if type(head) is not torch.nn.Sequential:
-            return network
+    heads = flat_heads(network.actor, network.critic, network.distribution)
+    if heads is None:
+        return network
+    encoder = network.encoder
+
+    def forward(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return heads(encoder(obs))
+
+    return forward
+
+
+def flat_heads(actor: torch.nn.Module, critic: torch.nn.Module,
+               distribution: torch.nn.Module | None) -> Callable | None:
+    """``features -> (logits, values)`` through an actor-critic's two heads with their module calls flattened,
+    or None when a head is not an ``nn.Sequential`` of plain ``nn.Linear`` / ``nn.Tanh`` or has forward hooks.
+
+    :func:`flat_forward` and the EchoRL agent's heads (under its plan layer) share it, so both learners run
+    their heads through the same calls: ``actor``'s layers, then ``distribution`` (a module, or None: raw
+    logits), then ``critic``'s, each ``F.linear`` / ``torch.tanh`` on the layers' own parameter tensors, in
+    ActorCritic's order — the floats and gradients of the module calls. Built once per structure: build
+    it again after a head or the distribution is replaced; parameters updated in place are seen.
+    """
+    layers_of = []
+    for head in (actor, critic):
+        if type(head) is not torch.nn.Sequential or _has_forward_hooks(head):
+            return None
         layers = []
         for layer in head:
             if type(layer) is torch.nn.Linear:
@@ -290,24 +312,22 @@ def flat_forward(network: torch.nn.Module) -> Callable:
             elif type(layer) is torch.nn.Tanh:
                 layers.append(None)
             else:
-                return network
-        heads.append(tuple(layers))
-    encoder, distribution, (actor, critic) = network.encoder, network.distribution, heads
-    linear, tanh = torch.nn.functional.linear, torch.tanh
+                return None
+        layers_of.append(tuple(layers))
+    (actor_layers, critic_layers), linear, tanh = layers_of, torch.nn.functional.linear, torch.tanh
 
-    def forward(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = encoder(obs)
+    def heads(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = features
-        for layer in actor:
+        for layer in actor_layers:
             logits = tanh(logits) if layer is None else linear(logits, *layer)
         if distribution is not None:
             logits = distribution(logits)
         values = features
-        for layer in critic:
+        for layer in critic_layers:
             values = tanh(values) if layer is None else linear(values, *layer)
         return logits, values.squeeze(-1)
 
-    return forward
+    return heads
 
 
 def _has_forward_hooks(network: torch.nn.Module) -> bool:

@@ -97,6 +97,10 @@ def test_a_real_cell_records_its_curve_provenance_and_stops_early(se, tmp_path):
     assert saved["agent_file"] == "echo_rl/vector/ppo_agent.py" and len(saved["agent_file_sha256"]) == 64
     assert not (tmp_path / "partial").exists() or not any((tmp_path / "partial").iterdir())
     assert np.isfinite([p["success_rate"] for p in saved["curve"]]).all()
+    # time to solve reads training seconds (evaluations excluded) and the machine
+    train = [p["train_s"] for p in saved["curve"]]
+    assert 0 < train[0] < train[1] <= saved["train_s"] < saved["wall_s"] + 0.1
+    assert saved["cpu"] and saved["torch_threads"] == 1
 
 
 def test_intrinsic_methods_are_ppo_with_the_module_and_record_its_source(se, tmp_path):

@@ -31,6 +31,7 @@ def ppo_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def echo_run(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("export") / "echo", "echo-rl", **{
+        "echo_config.latent_plan": True,  # the plan path is what the export tests check, whatever the default
         "echo_config.sequence_length": 16, "replay_config.max_replay_age": 256,
         "echo_config.self_imitation_updates": 2})
 

@@ -14,7 +14,8 @@ ENV = "minigrid:MiniGrid-Empty-5x5-v0"
 
 
 def make_agent(num_actors=4, batch_size=64, env=ENV, env_kwargs=None, total_timesteps=10_000, **overrides):
-    base = {"planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,
+    base = {"echo_config.latent_plan": True,  # these tests measure the plan path, whatever the default
+            "planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,
             "echo_config.sequence_length": 8, "echo_config.replay_batch_sequences": 4,
             "echo_config.hidden_dim": 32, "replay_config.age_threshold": 16, "replay_config.max_replay_age": 64,
             "replay_config.min_experiences": 4, "ppo_config.batch_size": 32, "ppo_config.num_epochs": 1}

@@ -97,3 +97,28 @@ def test_rollout_pass_with_parts_off_runs(override):
 def test_unknown_plan_pass_is_one_line_error():
     with pytest.raises((ConfigError, ValueError), match="plan_pass"):
         make_agent(**{"echo_config.plan_pass": "epoch"})
+
+
+def test_epoch_refresh_recomputes_the_plans_once_per_epoch_from_the_current_encoder():
+    """``plan_refresh=epoch``: before any update the recomputed plans are the acting ones; then one no-grad pass
+    per PPO epoch, and the policy reads those plans."""
+    agent = make_agent(**{"echo_config.plan_pass": "rollout", "echo_config.plan_refresh": "epoch",
+                          "ppo_config.num_epochs": 3})
+    m, k, T, N = agent.model, agent.model.k, agent.num_steps, agent.num_envs
+    roll = agent.collect()
+    full_obs, full_ep = (torch.as_tensor(a) for a in roll.full())
+    means = m.rollout_plan_means(full_obs[:k + T], full_ep[:k + T])
+    assert not means.requires_grad
+    torch.testing.assert_close(means, torch.as_tensor(roll.plan_mean.reshape(T * N, -1)), atol=1e-6, rtol=1e-5)
+    calls, real = [], m.rollout_plan_means
+    m.rollout_plan_means = lambda *a: calls.append(1) or real(*a)
+    encoder = [p.clone() for p in agent.lpo.encoder.parameters()]
+    agent.train_iteration()
+    assert len(calls) == 3  # one per epoch, not per minibatch
+    assert any(not torch.equal(p, q) for p, q in zip(encoder, agent.lpo.encoder.parameters()))
+
+
+def test_epoch_refresh_needs_the_rollout_plan_pass():
+    with pytest.raises(ConfigError, match="plan_refresh='epoch' is invalid: needs plan_pass=rollout") as err:
+        make_agent(**{"echo_config.plan_refresh": "epoch"})
+    assert "\n" not in str(err.value)

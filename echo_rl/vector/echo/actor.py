@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from echo_rl.models.distributions import sample_categorical
 from echo_rl.planning import StateWindow
 from echo_rl.vector.echo.model import EchoModel
 from echo_rl.vector.rollout import RolloutBuffer, evaluate_policy, torch_generator
@@ -115,8 +116,11 @@ class EchoActor:
         eps = m.draw_eps(n, self.generator)
         logits, values, _ = m.heads(o, plan, eps)
         logp_all = torch.log_softmax(logits, -1)
-        actions = torch.multinomial(logp_all.exp().cpu(), 1, generator=self.generator).squeeze(-1)
+        # torch.multinomial's draw without its checks (each a sync), as PPO's actors draw
+        actions = sample_categorical(logp_all.exp().cpu(), self.generator).squeeze(-1)
         logp = logp_all.cpu().gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        if not torch.isfinite(logp).all():  # what multinomial's checks refused: a NaN or inf logit
+            raise ValueError("the policy's action probabilities contain NaN or inf (the network diverged)")
         extras = {"ep": self.cur_ep.copy(), "plan_mean": plan_mean,
                   "eps": np.zeros((n, m.latent), np.float32) if eps is None else eps.cpu().numpy()}
         # the window that ends at s_t becomes history for s_{t+1}

@@ -158,6 +158,7 @@ class EchoAgent(ModularAgent, VectorAgentBase):
             raise ValueError(f"distribution must be an nn.Module logits -> log-probabilities, got "
                              f"{type(distribution).__name__}")
         self.lpo.policy.distribution = distribution
+        self.model.refresh_heads()
 
     def set_augmentation(self, augmentation) -> None:
         raise ConfigError("augmentation acts on pixel observations; the echo-rl agent reads MiniGrid's symbolic "
@@ -192,6 +193,7 @@ class EchoAgent(ModularAgent, VectorAgentBase):
         return self.actor.act(obs, generator, episode_start)
 
     def evaluate(self, make_envs, episodes: int, seed: int, num_envs: int = 8) -> dict[str, float]:
+        self.model.refresh_heads()
         return self.actor.evaluate(make_envs, episodes, seed, num_envs, self.config.evaluation_deterministic)
 
     # -- learning -------------------------------------------------------------------------------
@@ -222,6 +224,7 @@ class EchoAgent(ModularAgent, VectorAgentBase):
                               f"policy and distribution the run was trained with") from None
 
     def train_iteration(self) -> dict[str, float]:
+        self.model.refresh_heads()  # sees heads, a distribution or hooks changed since the last iteration
         roll = self.collect()
         self.env_steps += self.num_steps * self.num_envs
         metrics = self.collector.stats.drain()

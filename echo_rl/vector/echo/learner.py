@@ -59,7 +59,7 @@ class EchoLearner:
         flat = lambda a: m.tensor(a.reshape(T * N, *a.shape[2:]))  # noqa: E731
         batch = PPOBatch(flat(roll.actions), flat(roll.logprobs), flat(roll.values), flat(adv), flat(ret))
         if self.echo.plan_pass == "rollout":
-            forward, extra = self._acting_plan_forward(roll, flat), ()
+            forward, extra = self._acting_plan_forward(roll, flat, full_obs, full_ep), ()
         else:
             forward, extra = self._minibatch_plan_forward(roll, flat, full_obs, full_ep, batch), \
                 ("loss/plan_kl", "loss/world_model")
@@ -69,13 +69,22 @@ class EchoLearner:
         return {**out.means, **plan_metrics, "loss/learning_rate": m.lpo.optimizer.param_groups[0]["lr"],
                 "loss/minibatches": float(out.minibatches)}
 
-    def _acting_plan_forward(self, roll: EchoRollout, flat):
-        """PPO's forward pass on the plan means the actors acted with: no plan is computed here."""
-        m, obs = self.model, flat(roll.obs)
+    def _acting_plan_forward(self, roll: EchoRollout, flat, full_obs: np.ndarray, full_ep: np.ndarray):
+        """PPO's forward pass on given plan means, no gradient to the encoder: the ones the actors acted with, or
+        with ``plan_refresh=epoch`` the current encoder's, recomputed at the start of each PPO epoch."""
+        m, obs, k, T = self.model, flat(roll.obs), self.model.k, self.num_steps
         plan_means = flat(roll.plan_mean) if self.echo.latent_plan else None
+        refresh = plan_means is not None and self.echo.plan_refresh == "epoch"
+        per_epoch = math.ceil(len(obs) / min(self.ppo.batch_size, len(obs)))  # ppo_epochs' minibatches per epoch
+        state = {"calls": 0, "means": plan_means}
+        if refresh:
+            ctx_obs, ctx_ep = m.tensor(full_obs[:k + T]), m.tensor(full_ep[:k + T])
 
         def forward(idx: np.ndarray, it: torch.Tensor) -> Forward:
-            plans = None if plan_means is None else plan_means.index_select(0, it)
+            if refresh and state["calls"] % per_epoch == 0:
+                state["means"] = m.rollout_plan_means(ctx_obs, ctx_ep)
+            state["calls"] += 1
+            plans = None if state["means"] is None else state["means"].index_select(0, it)
             return Forward(*m.heads_on_plan_means(obs.index_select(0, it), plans))
         return forward
 
@@ -134,7 +143,7 @@ class EchoLearner:
         if not replay.ready:
             return {"replay/size": float(len(replay))}
         ppo, echo, L = self.ppo, self.echo, self.echo.sequence_length
-        sums = torch.zeros(4)
+        sums, weight_sum = torch.zeros(3, device=m.device), np.float32(0)  # on the device: read once, at the end
         for _ in range(echo.replay_updates):
             batch = replay.sample(echo.replay_batch_sequences)
             d = batch.data
@@ -155,10 +164,10 @@ class EchoLearner:
             # re-score with the plans of this learning pass (as PER re-scores with the pass's TD errors)
             seq_plans = None if plan is None else plan.mean.detach().view(L + 1, -1, m.latent)[:-1].mean(0)
             replay.update_priorities(batch.indices, adder.scores(seq_plans, d, update=False))
-            sums += torch.tensor([value_loss.item(), out.rhos.mean().item(),
-                                  (out.rhos > echo.vtrace_rho_bar).float().mean().item(),
-                                  float(np.mean(batch.weights))])
-        vl, rho, clipped, wmean = (sums / echo.replay_updates).tolist()
+            sums += torch.stack([value_loss.detach(), out.rhos.mean(), (out.rhos > echo.vtrace_rho_bar).float().mean()])
+            weight_sum += np.float32(np.mean(batch.weights))
+        vl, rho, clipped = (sums / echo.replay_updates).tolist()
+        wmean = float(weight_sum / np.float32(echo.replay_updates))
         return {"replay/value_loss": vl, "replay/rho_mean": rho, "replay/rho_clipped_fraction": clipped,
                 "replay/importance_weight_mean": wmean, "replay/size": float(len(replay))}
 
@@ -170,7 +179,7 @@ class EchoLearner:
         out = {"self_imitation/size": float(len(sil)), "self_imitation/episodes": float(sil.episodes)}
         if len(sil) == 0:
             return out
-        sums = torch.zeros(3)
+        sums = torch.zeros(3, device=m.device)  # on the device: read once, at the end
         for _ in range(self.echo.self_imitation_updates):
             batch = sil.buffer.sample(self.ppo.batch_size)
             d = batch.data
@@ -180,7 +189,7 @@ class EchoLearner:
                                             min_scale=self.ppo_advantage_std)
             m.lpo.step(loss)
             sil.buffer.update_priorities(batch.indices, adv.cpu().numpy())
-            sums += torch.tensor([loss.item(), adv.mean().item(), (adv > 0).float().mean().item()])
+            sums += torch.stack([loss.detach(), adv.mean(), (adv > 0).float().mean()])
         loss, adv_mean, positive = (sums / self.echo.self_imitation_updates).tolist()
         out.update({"self_imitation/loss": loss, "self_imitation/advantage_mean": adv_mean,
                     "self_imitation/positive_fraction": positive})

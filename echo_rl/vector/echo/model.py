@@ -16,6 +16,7 @@ from echo_rl.config import ConfigError, TrainingConfig
 from echo_rl.planning import LatentPlanningOptimizer, PlanDistribution, consecutive_plan_kl
 from echo_rl.environments.minigrid_vector import MiniGridObsEncoding
 from echo_rl.models.policies import ActorCritic, FlatEncoder, MiniGridEncoder, build_actor_critic
+from echo_rl.vector.rollout import flat_heads
 
 STATE_SCALE = 0.1  # MiniGrid indices are < 11: keep the plan encoder's inputs O(1)
 
@@ -109,6 +110,13 @@ class EchoModel:
         else:
             #: what the actors act with (plan encoder, trunk, FiLM, heads): the weights sent to remote actors
             self.acting = nn.ModuleDict(acting)
+        self.refresh_heads()
+
+    def refresh_heads(self) -> None:
+        """Rebuild the heads' flat path (``rollout.flat_heads``, PPO's) from the policy's current heads and
+        distribution. Called after a swap and once per iteration and evaluation, as PPO rebuilds its own."""
+        pol = self.lpo.policy
+        self._flat_heads = flat_heads(pol.policy_head, pol.value_head, getattr(pol, "distribution", None))
 
     def _base_network(self, network: str) -> ActorCritic:
         """PPO's actor-critic for TrainingConfig.policy_network; its encoder is the trunk under the FiLM layer.
@@ -144,6 +152,7 @@ class EchoModel:
             self.wm_head.load_state_dict(old_wm.state_dict())
         if distribution is not None:
             self.lpo.policy.distribution = distribution
+            self.refresh_heads()
 
     @property
     def encoder(self):
@@ -186,7 +195,9 @@ class EchoModel:
         return self._outputs(h if plan_mean is None else pol.condition(h, plan_mean))
 
     def _outputs(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits, values) of conditioned features."""
+        """(logits, values) of conditioned features: PPO's flat head path where the heads allow it."""
+        if self._flat_heads is not None:
+            return self._flat_heads(features)
         pol = self.lpo.policy
         logits = pol.policy_head(features)
         distribution = getattr(pol, "distribution", None)  # agent.set(distribution=...): normalised log-probs
@@ -225,6 +236,17 @@ class EchoModel:
             wm_in = h if tau is None else torch.cat([h, tau], -1)
             wm = self.wm_head.loss(wm_in, actions.reshape(-1), wm_target.reshape(T * G, -1))
         return kl, wm
+
+    @torch.no_grad()
+    def rollout_plan_means(self, obs: torch.Tensor, ep: torch.Tensor) -> torch.Tensor:
+        """The current encoder's plan means of every rollout step, ``[T*N, latent]`` in flat order t*N + n, from
+        ``obs [k+T, N, D]`` (uint8; the k context states first) and ``ep [k+T, N]``: each state embedded once,
+        the windows the actors read (``echo_config.plan_refresh=epoch``)."""
+        k, enc = self.k, self.lpo.encoder
+        emb = enc.embed_states(self.states(obs))  # [k+T, N, H]
+        win, mask = unfold_windows(emb, ep, k)  # [T+1, N, k, H]: windows ending at s_{-1} .. s_{T-1}
+        win, mask = win[1:], mask[1:]
+        return enc.plan_from_embeddings(win.reshape(-1, k, win.shape[-1]), mask.reshape(-1, k)).mean
 
     def draw_eps(self, n: int, generator: torch.Generator) -> torch.Tensor | None:
         """Plan noise for n plans (None when the plan is off: no draw, so the actions match PPO's)."""
