@@ -65,7 +65,6 @@ def test_a_bad_action_is_a_warning_segment_and_step_before_reset_is_refused_soft
 def test_echorl_trains_on_its_own_served_task(minigrid_url):
     """Round trip: the openenv task reads the served segments (roles kept), won and admissible actions."""
     env = make_env("openenv", url=minigrid_url)  # the action field, "text", from /schema
-    local = make_env("minigrid", **MINIGRID)
     obs, info = env.reset(seed=3)
     assert info["admissible_actions"] == ["turn left", "turn right", "move forward", "pick up", "drop", "toggle",
                                           "done"]
