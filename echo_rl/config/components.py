@@ -206,12 +206,16 @@ class LMConfig(ConfigBase):
     action_mode: str = spec("generate", help="generate: free text, parsed by the task's reply format; choose: "
                                              "pick among the admissible actions by likelihood",
                             choices=("generate", "choose"))
-    temperature: float = spec(1.0, help="sampling temperature of training rollouts", min=0)
+    temperature: float = spec(1.0, help="sampling temperature of training rollouts; the learner's policy "
+                                             "log-probs are taken at it (0: at 1)", min=0)
     eval_temperature: float = spec(0.0, help="sampling temperature of held-out evaluation episodes (0: greedy; "
                                              "sampled ones use fixed per-episode seeds)", min=0)
     max_new_tokens: int | None = spec(None, help="tokens one reply may have at most (generate mode; None: the "
                                                  "task's budget, TaskFormat.max_tokens)", min=1)
     max_turns: int = spec(64, help="turns per episode at most (the environment's own limit also applies)", min=1)
+    system_prompt: str | None = spec(None, help="system message of rollouts, SFT demonstrations and the held-out "
+                                                "pool (None: the task's, its instruction after a one-line intro; "
+                                                "empty: no system message)")
     max_episode_tokens: int = spec(4096, help="an episode whose context would pass this many tokens ends there "
                                               "(truncated, like a time limit), so one long episode cannot "
                                               "exhaust the learner's memory", min=2)

@@ -146,12 +146,11 @@ def test_batches_joined_after_a_drop_keep_their_groups_apart():
 
     from echo_rl.lm.ray_lm import RayLMGenerator
     from echo_rl.lm.generator import RolloutBatch
-    from echo_rl.lm.rollout import RolloutConfig
 
     def traj(group: int, version: int) -> SimpleNamespace:
         return SimpleNamespace(group_id=group, episode_id=group, policy_version=version, num_turns=1)
 
-    gen = RayLMGenerator(_cfg(max_policy_lag=1), RolloutConfig(), BandwidthEfficiencyTracker(), 1)
+    gen = RayLMGenerator(_cfg(max_policy_lag=1), BandwidthEfficiencyTracker(), 1)
     gen.version = 3
     calls = iter([RolloutBatch([traj(0, 3), traj(1, 0)], [], 2), RolloutBatch([traj(0, 3), traj(1, 3)], [], 2)])
     gen._launch = lambda rng, **kw: [(0, None)]
