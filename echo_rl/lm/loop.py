@@ -61,6 +61,7 @@ from echo_rl.lm.sft import expert_trajectory, sft_batches
 from echo_rl.lm.trainer import LMTrainer
 from echo_rl.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
 from echo_rl.models import load_backbone
+from echo_rl.prompting.engine_backbone import engine_backed
 from echo_rl.training.protocol import AgentBase
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
@@ -213,7 +214,8 @@ class LMAgent(AgentBase):
     # -- RLAIF ----------------------------------------------------------------------------
     def _make_judge(self) -> Any:
         lm = self.config.lm_config
-        return AIJudge(load_backbone(lm.judge_backbone), lm.judge_rubric or DEFAULT_RUBRIC, mode=lm.judge_mode,
+        # a local judge decodes on the engine (where it runs the architecture), like every other local model
+        return AIJudge(engine_backed(load_backbone(lm.judge_backbone)), lm.judge_rubric or DEFAULT_RUBRIC, mode=lm.judge_mode,
                        on_unparsed="zero")
 
     async def _judge(self, trajs: list) -> dict[str, float]:
