@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from echo_rl.algorithms.echo_loss import LambdaSchedule, env_ce_loss
-from echo_rl.algorithms.grpo import ADVANTAGE_SCALES, group_advantages
+from echo_rl.algorithms.grpo import group_advantages
 from echo_rl.algorithms.ppo_rlhf import ValueHead, rewards_at_turn_ends, rlhf_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logprobs, needed_positions,
                                                reduce_tokens, response_mask, sequence_logprobs)
