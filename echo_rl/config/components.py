@@ -215,7 +215,7 @@ class LMConfig(ConfigBase):
     max_turns: int = spec(64, help="turns per episode at most (the environment's own limit also applies)", min=1)
     system_prompt: str | None = spec(None, help="system message of rollouts, SFT demonstrations and the held-out "
                                                 "pool (None: the task's, its instruction after a one-line intro; "
-                                                "empty: no system message)")
+                                                "'' (YAML's empty string): no system message)")
     max_episode_tokens: int = spec(4096, help="an episode whose context would pass this many tokens ends there "
                                               "(truncated, like a time limit), so one long episode cannot "
                                               "exhaust the learner's memory", min=2)
