@@ -200,6 +200,13 @@ class LMConfig(ConfigBase):
     """
 
     env_loss_coef: float = spec(0.05, help="lambda: weight of the ECHO env-output CE for --agent echo-rl", min=0)
+    env_loss_schedule: str = spec("constant", help="lambda over learner steps: constant, linear_decay (to "
+                                                   "env_loss_end over env_loss_steps) or step_decay (times "
+                                                   "env_loss_factor every env_loss_steps)",
+                                  choices=("constant", "linear_decay", "step_decay"))
+    env_loss_steps: int = spec(1000, help="learner steps of one env_loss_schedule period", min=1)
+    env_loss_end: float = spec(0.0, help="linear_decay: lambda after env_loss_steps", min=0)
+    env_loss_factor: float = spec(0.5, help="step_decay: lambda's factor every env_loss_steps", gt=0, max=1)
     learning_rate: float | None = spec(None, help="AdamW learning rate of the language model during RL (None: 1e-4 "
                                                   "for a tiny random backbone, 1e-5 for a pretrained one)", gt=0)
     group_size: int = spec(4, help="episodes per task seed (one GRPO group); num_actors must be a multiple", min=1)

@@ -81,13 +81,17 @@ class LMLearner:
 
     def __init__(self, model: Any, pad_id: int, config: LMConfig, *, lam: float | LambdaSchedule = 0.0,
                  ref_model: Any | None = None, planner: LMPlanner | None = None) -> None:
-        """``lam``: λ of the ECHO env-CE term (a schedule over learner steps, or a constant)."""
+        """``lam``: λ of the ECHO env-CE term at step 0 (0: none), scheduled by ``env_loss_schedule``; or a
+        ready :class:`LambdaSchedule`."""
         self.model, self.pad_id = model, int(pad_id)
         if config.learning_rate is None:
             raise ConfigError("lm_config.learning_rate=None is invalid for the learner: set it, or resolve the "
                               "backbone's default first (echo_rl.lm.policy.resolve_lm_defaults)")
         self.config = config
-        self.lam = lam if isinstance(lam, LambdaSchedule) else LambdaSchedule(float(lam))
+        if not isinstance(lam, LambdaSchedule):
+            lam = LambdaSchedule(float(lam), config.env_loss_schedule, config.env_loss_steps, config.env_loss_end,
+                                 config.env_loss_factor) if lam else LambdaSchedule(0.0)
+        self.lam = lam
         self.ref_model = ref_model
         self.planner = planner
         if self.config.kl_coef and ref_model is None:
@@ -355,7 +359,8 @@ class LMLearner:
             return loss, {}
         kl = plan_kl(dists)
         std = torch.cat([d.std for d in dists]).mean()
-        return loss + self.planner.config.kl_weight * kl, {"plan_kl": float(kl.detach()), "plan_std": float(std.detach())}
+        metrics = {"plan_kl": float(kl.detach()), "plan_std": float(std.detach())}
+        return loss + self.planner.config.kl_weight * kl, metrics
 
     def _step(self, loss: torch.Tensor) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)

@@ -123,8 +123,9 @@ class LMRolloutWorker:
                  parse: Callable[[str], str] | None = None, plan: Callable[[np.random.Generator], Any] | None = None,
                  tracker: BandwidthEfficiencyTracker | None = None) -> None:
         """``task``: the registered task whose turn protocol (``TaskFormat``) and anchor state episodes follow
-        (None: the generic protocol, the observation as anchor). ``plan``: a factory of per-episode :class:`~echo_rl.lm.plan.EpisodePlan` (latent plan as a
-        soft prefix before each action), or None for no plan. ``tracker``: the trainer's η_bw tracker (default:
+        (None: the generic protocol, the observation as anchor). ``plan``: a factory of per-episode
+        :class:`~echo_rl.lm.plan.EpisodePlan` (latent plan as a soft prefix before each action), or None for
+        no plan. ``tracker``: the trainer's η_bw tracker (default:
         one of the worker's own, at the engine's bandwidth scale). ``parse``: reply text -> action, replacing the
         task's parser (``TaskFormat.action``)."""
         self.engine, self.renderer = engine, renderer

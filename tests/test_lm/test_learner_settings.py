@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from echo_rl.algorithms.echo_loss import NORMALIZATIONS
+from echo_rl.algorithms.echo_loss import NORMALIZATIONS, SCHEDULES
 from echo_rl.algorithms.grpo import ADVANTAGE_SCALES
 from echo_rl.algorithms.token_logprobs import CE_TARGETS
 from echo_rl.config import BandwidthConfig, ConfigError, LMConfig, PlanningConfig, TrainingConfig
@@ -35,6 +35,14 @@ def test_the_learner_reads_the_runs_lm_config_itself():
     assert (cfg.advantage_scale, cfg.pg_reduction, cfg.ce_target, cfg.ce_normalization, cfg.learner_chunk_tokens) == (
         "none", "sequence_mean", "warning_plus_env", "token_mean", 64)
     assert trainer.learner.lam(0) == 0.05
+
+
+def test_the_env_loss_schedule_reaches_the_learner():
+    _, trainer = _trainer({"lm_config.env_loss_schedule": "linear_decay", "lm_config.env_loss_steps": 10,
+                           "lm_config.env_loss_end": 0.01})
+    assert [trainer.learner.lam(s) for s in (0, 5, 10, 20)] == pytest.approx([0.05, 0.03, 0.01, 0.01])
+    grpo = LMTrainer(trainer.config, torch.nn.Linear(2, 2), None, 0, 0.0, BandwidthEfficiencyTracker(BandwidthConfig()))
+    assert grpo.learner.lam(5) == 0.0  # no ECHO term: the schedule has nothing to scale
 
 
 def test_plan_settings_are_the_planners_own():
@@ -69,6 +77,7 @@ def test_config_choices_are_what_the_losses_accept():
     assert fields["ce_target"]["choices"] == tuple(CE_TARGETS)
     assert fields["ce_normalization"]["choices"] == tuple(NORMALIZATIONS)
     assert fields["pg_reduction"]["choices"] == ("token_mean", "sequence_mean")
+    assert fields["env_loss_schedule"]["choices"] == SCHEDULES
 
 
 def test_a_bad_value_is_one_line_naming_the_choices():
