@@ -171,7 +171,11 @@ class LMAgent(AgentBase):
         await self.generator.start(self.learner.engine_copy(), planner, self.learner.version)
 
     def close(self) -> Any:
-        """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop)."""
+        """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop). A local
+        judge's engine thread stops here too."""
+        host = getattr(getattr(getattr(self, "judge", None), "backbone", None), "host", None)
+        if host is not None:
+            host.close()
         return self.generator.stop() if self.generator.running else None
 
     # -- acting and learning ----------------------------------------------------------

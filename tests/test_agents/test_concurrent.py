@@ -130,8 +130,11 @@ def test_the_lm_agents_judge_decodes_on_the_engine(tiny, monkeypatch):
     agent = loop.LMAgent.__new__(loop.LMAgent)
     lm = SimpleNamespace(judge_backbone="tiny", judge_rubric="", judge_mode="generate")
     agent.config = SimpleNamespace(lm_config=lm)
-    judge = agent._make_judge()
+    agent.judge = judge = agent._make_judge()
     try:
         assert isinstance(judge.backbone, EngineBackbone) and judge.backbone.local is tiny
+        assert judge.judge("put the apple away", [{"role": "assistant", "content": "done"}]).score >= 0
+        agent.generator = SimpleNamespace(running=False)
+        assert agent.close() is None and judge.backbone.host._loop is None  # the judge's engine thread stopped
     finally:
         judge.backbone.host.close()
