@@ -219,8 +219,8 @@ class LMAgent(AgentBase):
     def _make_judge(self) -> Any:
         lm = self.config.lm_config
         # a local judge decodes on the engine (where it runs the architecture), like every other local model
-        return AIJudge(engine_backed(load_backbone(lm.judge_backbone)), lm.judge_rubric or DEFAULT_RUBRIC, mode=lm.judge_mode,
-                       on_unparsed="zero")
+        return AIJudge(engine_backed(load_backbone(lm.judge_backbone)), lm.judge_rubric or DEFAULT_RUBRIC,
+                       mode=lm.judge_mode, on_unparsed="zero")
 
     async def _judge(self, trajs: list) -> dict[str, float]:
         """Replace each trajectory's rewards: ``rlaif`` puts the judge's score on the last turn (the others 0);
