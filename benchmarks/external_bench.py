@@ -46,13 +46,13 @@ def main() -> None:
     import openai
     import torch
 
-    from echo_rl.config import ExecutionConfig
+    from echo_rl.config import ExecutionConfig, LMConfig
     from echo_rl.engine.engine import AsyncExecutionEngine
     from echo_rl.environments.registry import make_env
     from echo_rl.external.runner import ExternalRunner
     from echo_rl.external.train import _checkpoint
     from echo_rl.lm.chat_delta import ChatRenderer
-    from echo_rl.lm.rollout import LMRolloutWorker, RolloutConfig
+    from echo_rl.lm.rollout import LMRolloutWorker
     from echo_rl.models.local import LocalBackbone
     from echo_rl.serve import ModelServer, create_app
     from echo_rl.types import ACTION
@@ -68,11 +68,11 @@ def main() -> None:
         return sum(t.num_turns for t in trajs), sum(int((t.role_array() == ACTION).sum()) for t in trajs)
 
     async def in_process() -> tuple[int, int, float]:
-        cfg = RolloutConfig(max_turns=args.max_turns, max_new_tokens=args.max_tokens, temperature=1.0,
-                            system_prompt=system, task="minigrid", observation_role="user")
+        cfg = LMConfig(max_turns=args.max_turns, max_new_tokens=args.max_tokens, temperature=1.0,
+                       system_prompt=system)
         async with AsyncExecutionEngine(ExecutionConfig(max_concurrent_rollouts=args.concurrency),
                                         backbone.model) as engine:
-            worker = LMRolloutWorker(engine, ChatRenderer(backbone.tokenizer), cfg)
+            worker = LMRolloutWorker(engine, ChatRenderer(backbone.tokenizer), cfg, task="minigrid")
             slots = asyncio.Semaphore(args.concurrency)
 
             async def one(s: int) -> object:

@@ -22,10 +22,11 @@ import time
 import numpy as np
 import torch
 
+from echo_rl.config import LMConfig
 from echo_rl.environments.minigrid import ACTION_WORDS, MiniGridEnvironment
 from echo_rl.lm.batch import collate
 from echo_rl.lm.chat_delta import ChatRenderer
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.lm.learner import LMLearner
 from echo_rl.lm.policy import load_policy
 from echo_rl.lm.trajectory import TrajectoryBuilder, observation_text
 
@@ -81,12 +82,12 @@ def main() -> None:
     renderer = ChatRenderer(tok)
     trajs = episodes(renderer, args.groups, args.group_size, args.turns, args.seed)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    cfg = LMLearnerConfig(objective="gigpo", lam=0.05, learning_rate=1e-6)
-    learner = LMLearner(model, pad, cfg)
+    cfg = LMConfig(objective="gigpo", learning_rate=1e-6)
+    learner = LMLearner(model, pad, cfg, lam=0.05)
     hook = learner.objective.advantages_fn()
     batch = collate(trajs, pad)
     adv_s = median_time(lambda: hook(trajs, batch, cfg), args.adv_reps)
-    fuzzy_cfg = LMLearnerConfig(objective="gigpo", gigpo_similarity=args.similarity)
+    fuzzy_cfg = LMConfig(objective="gigpo", gigpo_similarity=args.similarity)
     by_text = [t.__class__(**{**t.__dict__, "info": {**t.info, "anchor_states": t.info["observation_texts"]}})
                for t in trajs]
     fuzzy_s = median_time(lambda: hook(by_text, batch, fuzzy_cfg), max(1, args.adv_reps // 4))

@@ -152,7 +152,7 @@ def run_echo_rl(args, out: Path) -> dict:
         "lm_config.sft_episodes": 0, "lm_config.heldout_pool": 0, "lm_config.max_updates": args.updates,
         "lm_config.compute_dtype": args.dtype})
     agent = build_agent(config, torch.device("cpu"))
-    if agent.rollout_config.system_prompt is not None:  # None: the task's, which system_prompt() renders
+    if agent.config.lm_config.system_prompt is not None:  # None: the task's, which system_prompt() renders
         raise RuntimeError("the LM agent's system prompt changed: make this benchmark render the same one for TRL")
 
     probe = DtypeProbe()

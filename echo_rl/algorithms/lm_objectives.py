@@ -35,7 +35,7 @@ def grpo_echo_loss(x: Any) -> EchoLossTerms:
     return echo_loss_from_logprobs(x.logprobs, x.ce_logprobs, b.roles, b.prompt_length, b.behavior_logprobs,
                                    x.advantages, b.env_output_count, lam=x.lam, attention_mask=b.attention_mask,
                                    ce_target=cfg.ce_target, ce_normalization=cfg.ce_normalization,
-                                   clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=x.ref_logprobs,
+                                   clip_low=cfg.clip, clip_high=cfg.clip, ref_logprobs=x.ref_logprobs,
                                    kl_coef=cfg.kl_coef, pg_reduction=cfg.pg_reduction, weights=x.weights)
 
 
@@ -71,7 +71,7 @@ def ppo_rlhf_echo_loss(x: Any) -> ObjectiveTerms:
     b, cfg = x.batch, x.config
     acts = x.actions()
     terms = ppo_rlhf_loss(x.logprobs, b.behavior_logprobs, x.values, x.values.detach(), x.advantages, x.returns,
-                          acts, x.value_mask, clip=cfg.clip_low, value_clip=cfg.value_clip or None,
+                          acts, x.value_mask, clip=cfg.clip, value_clip=cfg.value_clip or None,
                           vf_coef=cfg.vf_coef, reduction=cfg.pg_reduction, weights=x.weights)
     resp = response_mask(b.prompt_length, b.input_ids.shape[1], b.attention_mask)
     target = ce_mask(b.roles, resp, cfg.ce_target)

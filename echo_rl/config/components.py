@@ -247,18 +247,29 @@ class LMConfig(ConfigBase):
     """
 
     env_loss_coef: float = spec(0.05, help="lambda: weight of the ECHO env-output CE for --agent echo-rl", min=0)
+    env_loss_schedule: str = spec("constant", help="lambda over learner steps: constant, linear_decay (to "
+                                                   "env_loss_end over env_loss_steps) or step_decay (times "
+                                                   "env_loss_factor every env_loss_steps)",
+                                  choices=("constant", "linear_decay", "step_decay"))
+    env_loss_steps: int = spec(1000, help="learner steps of one env_loss_schedule period", min=1)
+    env_loss_end: float = spec(0.0, help="linear_decay: lambda after env_loss_steps", min=0)
+    env_loss_factor: float = spec(0.5, help="step_decay: lambda's factor every env_loss_steps", gt=0, max=1)
     learning_rate: float | None = spec(None, help="AdamW learning rate of the language model during RL (None: 1e-4 "
                                                   "for a tiny random backbone, 1e-5 for a pretrained one)", gt=0)
     group_size: int = spec(4, help="episodes per task seed (one GRPO group); num_actors must be a multiple", min=1)
     action_mode: str = spec("generate", help="generate: free text, parsed by the task's reply format; choose: "
                                              "pick among the admissible actions by likelihood",
                             choices=("generate", "choose"))
-    temperature: float = spec(1.0, help="sampling temperature of training rollouts", min=0)
+    temperature: float = spec(1.0, help="sampling temperature of training rollouts; the learner's policy "
+                                             "log-probs are taken at it (0: at 1)", min=0)
     eval_temperature: float = spec(0.0, help="sampling temperature of held-out evaluation episodes (0: greedy; "
                                              "sampled ones use fixed per-episode seeds)", min=0)
     max_new_tokens: int | None = spec(None, help="tokens one reply may have at most (generate mode; None: the "
                                                  "task's budget, TaskFormat.max_tokens)", min=1)
     max_turns: int = spec(64, help="turns per episode at most (the environment's own limit also applies)", min=1)
+    system_prompt: str | None = spec(None, help="system message of rollouts, SFT demonstrations and the held-out "
+                                                "pool (None: the task's, its instruction after a one-line intro; "
+                                                "'' (YAML's empty string): no system message)")
     max_episode_tokens: int = spec(4096, help="an episode whose context would pass this many tokens ends there "
                                               "(truncated, like a time limit), so one long episode cannot "
                                               "exhaust the learner's memory", min=2)

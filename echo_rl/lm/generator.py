@@ -19,12 +19,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from echo_rl.config import ExecutionConfig
+from echo_rl.config import ExecutionConfig, LMConfig
 from echo_rl.engine.engine import AsyncExecutionEngine
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.lm.plan import EpisodePlan
-from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
+from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker
 from echo_rl.types import TokenTrajectory
 
 PLANNER = "planner"  # the name the latent planner is attached to the engine under
@@ -53,11 +53,12 @@ class RolloutBatch:
 class LMGenerator:
     """Runs rollout rounds of ``num_actors`` concurrent episodes (``group_size`` per task seed) on the engine."""
 
-    def __init__(self, execution: ExecutionConfig, renderer: ChatRenderer, rollout: RolloutConfig,
-                 eval_temperature: float, make_env: Callable[[bool], Any], tracker: BandwidthEfficiencyTracker
-                 ) -> None:
-        self.execution, self.renderer, self.rollout_config = execution, renderer, rollout
-        self.eval_config = RolloutConfig(**{**rollout.__dict__, "temperature": eval_temperature})
+    def __init__(self, execution: ExecutionConfig, renderer: ChatRenderer, lm: LMConfig, task: str | None,
+                 make_env: Callable[[bool], Any], tracker: BandwidthEfficiencyTracker) -> None:
+        """``lm``: the run's ``lm_config`` (held-out episodes sample at its ``eval_temperature``); ``task``: the
+        registered task whose turn protocol the episodes follow."""
+        self.execution, self.renderer, self.lm_config, self.task = execution, renderer, lm, task
+        self.eval_config = lm.replace(temperature=lm.eval_temperature)
         self.make_env, self.bandwidth = make_env, tracker
         self.engine: Any = None
         self.engine_model: Any = None
@@ -77,10 +78,9 @@ class LMGenerator:
         if self.engine_planner is not None:
             embed = self.engine_model.get_input_embeddings()
             plan = lambda rng: EpisodePlan(self.engine_planner, embed, rng)  # noqa: E731
-        self.worker = LMRolloutWorker(engine, self.renderer, self.rollout_config, scorer=scorer, plan=plan,
-                                      tracker=self.bandwidth)
-        self.eval_worker = LMRolloutWorker(engine, self.renderer, self.eval_config, scorer=scorer, plan=plan,
-                                           tracker=self.bandwidth)
+        self.worker, self.eval_worker = (
+            LMRolloutWorker(engine, self.renderer, lm, task=self.task, scorer=scorer, plan=plan, tracker=self.bandwidth)
+            for lm in (self.lm_config, self.eval_config))
 
     @property
     def running(self) -> bool:

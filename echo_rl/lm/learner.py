@@ -9,6 +9,12 @@ GAE over turns or action tokens, with the KL to the reference folded into the
 rewards (InstructGPT style). Either way the ECHO term λ·CE on env-output
 tokens comes from the same forward pass.
 
+The learner reads the run's :class:`~echo_rl.config.LMConfig` as it is (``clip`` both sides of the
+ratio, the policy term at the rollout ``temperature``, ``learner_token_budget`` / ``learner_chunk_tokens``,
+the objective's settings) and the latent planner's own
+:class:`~echo_rl.config.PlanningConfig` (``kl_weight``, ``learning_rate``, ``max_grad_norm``); only λ, which
+the agent derives from ``--agent`` and ``echo_config``, comes as an argument.
+
 Weights move here and reach the engine through ``engine.update_weights``
 (which bumps the policy version, so no stale KV is reused); trajectories
 sampled by a version more than ``max_staleness`` behind are refused rather
@@ -17,18 +23,17 @@ than silently trained on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from echo_rl.algorithms.echo_loss import LambdaSchedule, env_ce_loss
-from echo_rl.algorithms.grpo import ADVANTAGE_SCALES, group_advantages
+from echo_rl.algorithms.grpo import group_advantages
 from echo_rl.algorithms.ppo_rlhf import ValueHead, rewards_at_turn_ends, rlhf_advantages
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, hidden_logprobs, needed_positions,
                                                reduce_tokens, response_mask, sequence_logprobs)
-from echo_rl.config import ConfigError
+from echo_rl.config import ConfigError, LMConfig
 from echo_rl.lm.batch import collate
 from echo_rl.lm.lora import is_lora, merged_state_dict, plain_copy
 from echo_rl.lm.objectives import ObjectiveInputs, get_objective
@@ -46,58 +51,6 @@ def chunked_head(model: Any) -> bool:
 
 
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-@dataclass
-class LMLearnerConfig:
-    learning_rate: float = 1e-5
-    max_grad_norm: float = 1.0
-    lam: LambdaSchedule = LambdaSchedule(0.05)
-    ce_target: str = "env_only"
-    ce_normalization: str = "sequence"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.0
-    advantage_scale: str = "std"
-    pg_reduction: str = "token_mean"
-    pg_temperature: float = 1.0   # the rollout temperature (the engine's log-probs are at it); 0 means 1
-    max_staleness: int = 1        # versions a trajectory may lag behind the learner
-    plan_kl_weight: float = 0.0   # weight of KL[p(τ_k) || p(τ_k-1)] between consecutive plans (with a planner)
-    plan_learning_rate: float = 3e-4
-    plan_max_grad_norm: float = 1.0
-    objective: str = "grpo"       # a registered objective: grpo | ppo-rlhf (value head + GAE) | yours
-    gae_level: str = "turn"
-    gamma: float = 1.0
-    gae_lambda: float = 0.95
-    vf_coef: float = 0.5
-    value_clip: float = 0.2       # 0: unclipped value loss
-    chunk_tokens: int = 1024      # positions per LM-head chunk (no [B, L, V] logits tensor is ever built)
-    token_budget: int = 8192      # rows x padded length per forward pass; larger batches run as micro-batches
-    compute_dtype: str = "float32"  # bfloat16: the transformer body under autocast (weights, optimiser, head fp32)
-    gigpo_gamma: float = 0.95     # gigpo: discount of the step returns compared within an anchor group
-    gigpo_omega: float = 1.0      # gigpo: weight ω of the step-level advantage
-    gigpo_norm: str = "std"       # gigpo: both levels divided by their group's std, or "none" (mean-centred only)
-    gigpo_similarity: float | None = None  # gigpo: None matches anchor states by identity, else difflib ratio >= it
-
-    def __post_init__(self) -> None:
-        if isinstance(self.lam, (int, float)):
-            self.lam = LambdaSchedule(float(self.lam))
-        if self.learning_rate <= 0 or self.max_grad_norm <= 0:
-            raise ValueError(f"learning_rate={self.learning_rate}, max_grad_norm={self.max_grad_norm} are invalid: "
-                             "must be > 0")
-        if self.max_staleness < 0:
-            raise ValueError(f"max_staleness={self.max_staleness} is invalid: must be >= 0")
-        if self.compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"compute_dtype={self.compute_dtype!r} is invalid: use one of {sorted(COMPUTE_DTYPES)}")
-        get_objective(self.objective)  # one line naming the registered objectives
-        if self.gigpo_norm not in ADVANTAGE_SCALES:
-            raise ValueError(f"gigpo_norm={self.gigpo_norm!r} is invalid: allowed: {', '.join(ADVANTAGE_SCALES)}")
-        if not 0 <= self.gigpo_gamma <= 1 or not 0 <= self.gigpo_omega < float("inf"):
-            raise ValueError(f"gigpo_gamma={self.gigpo_gamma}, gigpo_omega={self.gigpo_omega} are invalid: gamma in "
-                             "[0, 1], omega finite and >= 0")
-        if self.gigpo_similarity is not None and not 0 < self.gigpo_similarity <= 1:
-            raise ValueError(f"gigpo_similarity={self.gigpo_similarity} is invalid: must be None (identity) or in "
-                             "(0, 1]")
 
 
 def _row_env_ce(terms: Any, rows: int) -> np.ndarray:
@@ -126,10 +79,19 @@ class LMLearner:
     ε in ``info["plan_eps"]`` (expert demonstrations use the plan mean, ε = 0).
     """
 
-    def __init__(self, model: Any, pad_id: int, config: LMLearnerConfig | None = None,
+    def __init__(self, model: Any, pad_id: int, config: LMConfig, *, lam: float | LambdaSchedule = 0.0,
                  ref_model: Any | None = None, planner: LMPlanner | None = None) -> None:
+        """``lam``: λ of the ECHO env-CE term at step 0 (0: none), scheduled by ``env_loss_schedule``; or a
+        ready :class:`LambdaSchedule`."""
         self.model, self.pad_id = model, int(pad_id)
-        self.config = config or LMLearnerConfig()
+        if config.learning_rate is None:
+            raise ConfigError("lm_config.learning_rate=None is invalid for the learner: set it, or resolve the "
+                              "backbone's default first (echo_rl.lm.policy.resolve_lm_defaults)")
+        self.config = config
+        if not isinstance(lam, LambdaSchedule):
+            lam = LambdaSchedule(float(lam), config.env_loss_schedule, config.env_loss_steps, config.env_loss_end,
+                                 config.env_loss_factor) if lam else LambdaSchedule(0.0)
+        self.lam = lam
         self.ref_model = ref_model
         self.planner = planner
         if self.config.kl_coef and ref_model is None:
@@ -152,7 +114,7 @@ class LMLearner:
         # frozen weights (the base model under LoRA) get no optimiser state
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": lr}]
         if self.planner is not None:
-            groups.append({"params": list(self.planner.parameters()), "lr": self.config.plan_learning_rate})
+            groups.append({"params": list(self.planner.parameters()), "lr": self.planner.config.learning_rate})
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": lr})
         return torch.optim.AdamW(groups)
@@ -178,7 +140,7 @@ class LMLearner:
         groups: list[list[int]] = []
         cur: list[int] = []
         for i in order:
-            if cur and len(trajectories[i]) * (len(cur) + 1) > self.config.token_budget:
+            if cur and len(trajectories[i]) * (len(cur) + 1) > self.config.learner_token_budget:
                 groups.append(cur)
                 cur = []
             cur.append(i)
@@ -248,7 +210,7 @@ class LMLearner:
                     hidden, dists = base(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                           use_cache=False).last_hidden_state, []
             return hidden_logprobs(hidden.float(), model.get_output_embeddings(), batch.input_ids, needed,
-                                   temperatures, self.config.chunk_tokens), dists
+                                   temperatures, self.config.learner_chunk_tokens), dists
         with self._autocast(batch.input_ids.device):
             if planned:
                 logits, dists = planned_forward(model, self.planner, trajectories, eps, batch.input_ids.shape[1])
@@ -288,7 +250,7 @@ class LMLearner:
             adv = group_advantages(batch.returns, batch.group_ids, scale=cfg.advantage_scale)
         w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=adv.device)
         self.model.train()
-        T = cfg.pg_temperature or 1.0
+        T = cfg.temperature or 1.0
         needed = self._needed(batch)
         planned = self.planner is not None
         lps, dists = self._budgeted_logprobs(self.model, trajectories, batch, needed,
@@ -297,7 +259,7 @@ class LMLearner:
         if self.ref_model is not None and cfg.kl_coef:
             with torch.no_grad():  # with a planner the reference sees the same plans (its drift, not the plan's)
                 ref = self._budgeted_logprobs(self.ref_model, trajectories, batch, needed, (T,), planned)[0][0]
-        lam = cfg.lam(self.steps)
+        lam = self.lam(self.steps)
         terms = self.objective.loss_fn()(ObjectiveInputs(lps[0], lps[-1], batch, adv, lam, cfg, ref_logprobs=ref,
                                                          weights=w))
         loss, kl_metrics = self._with_plan_kl(terms.loss, dists)
@@ -332,7 +294,7 @@ class LMLearner:
         needed = self._needed(batch)
         if chunked_head(self.model):
             lps = hidden_logprobs(hidden, self.model.get_output_embeddings(), batch.input_ids, needed, temperatures,
-                                  self.config.chunk_tokens)
+                                  self.config.learner_chunk_tokens)
         else:
             lps = [sequence_logprobs(out.logits.float(), batch.input_ids, T) * needed for T in temperatures]
         return lps, values, final.squeeze(-1)
@@ -346,7 +308,7 @@ class LMLearner:
         cfg = self.config
         w = None if weights is None else torch.as_tensor(np.asarray(weights, np.float32), device=batch.returns.device)
         self.model.train()
-        T = cfg.pg_temperature or 1.0
+        T = cfg.temperature or 1.0
         lps, values, final = self.forward_with_values(batch, (T, 1.0) if T != 1.0 else (1.0,))
         lp = lps[0]
         resp = response_mask(batch.prompt_length, batch.input_ids.shape[1], batch.attention_mask)
@@ -360,7 +322,7 @@ class LMLearner:
         adv, ret, vmask = rlhf_advantages(token_rewards, values.detach(), acts, gamma=cfg.gamma, lam=cfg.gae_lambda,
                                           level=cfg.gae_level, logprobs=batch.behavior_logprobs, ref_logprobs=ref,
                                           kl_coef=cfg.kl_coef, last_values=final.detach() * truncated)
-        terms = self.objective.loss_fn()(ObjectiveInputs(lp, lps[-1], batch, adv, cfg.lam(self.steps), cfg,
+        terms = self.objective.loss_fn()(ObjectiveInputs(lp, lps[-1], batch, adv, self.lam(self.steps), cfg,
                                                          ref_logprobs=ref, weights=w, values=values, returns=ret,
                                                          value_mask=vmask, action_mask=acts))
         with torch.no_grad():
@@ -397,7 +359,8 @@ class LMLearner:
             return loss, {}
         kl = plan_kl(dists)
         std = torch.cat([d.std for d in dists]).mean()
-        return loss + self.config.plan_kl_weight * kl, {"plan_kl": float(kl.detach()), "plan_std": float(std.detach())}
+        metrics = {"plan_kl": float(kl.detach()), "plan_std": float(std.detach())}
+        return loss + self.planner.config.kl_weight * kl, metrics
 
     def _step(self, loss: torch.Tensor) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -411,7 +374,7 @@ class LMLearner:
         if self.value_head is not None:
             torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), self.config.max_grad_norm)
         if self.planner is not None:
-            torch.nn.utils.clip_grad_norm_(self.planner.parameters(), self.config.plan_max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self.planner.parameters(), self.planner.config.max_grad_norm)
         self.optimizer.step()
         self.steps += 1
         self.version += 1

@@ -50,28 +50,23 @@ import torch
 
 from echo_rl.algorithms.rlaif import AIJudge, DEFAULT_RUBRIC, mix_rewards
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
-from echo_rl.environments.registry import find_task_spec, make_env, task_format
+from echo_rl.environments.registry import make_env, task_format
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer
 from echo_rl.lm.generator import LMGenerator
 from echo_rl.lm.plan import LMPlanner
 from echo_rl.lm.policy import is_tiny, load_policy, resolve_lm_defaults  # noqa: F401  (re-exported)
-from echo_rl.lm.rollout import RolloutConfig, env_kwargs
+from echo_rl.lm.rollout import env_kwargs
 from echo_rl.lm.sft import expert_trajectory, sft_batches
 from echo_rl.lm.trainer import LMTrainer
 from echo_rl.lm.trajectory import valid_action_rate  # noqa: F401  (re-exported)
 from echo_rl.models import load_backbone
+from echo_rl.prompting.engine_backbone import engine_backed
 from echo_rl.training.protocol import AgentBase
 
 HELD_OUT_SEED_BASE = 1_000_000  # training seeds stay below, evaluation seeds start here
 HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the evaluation episodes
 EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
-
-
-def _anchor_state(task: str) -> str:
-    """What the task calls a step's state (GiGPO's anchor): its ``TaskSpec.anchor_state``, else the observation."""
-    spec = find_task_spec(task)
-    return spec.anchor_state if spec is not None else "observation"
 
 
 class LMAgent(AgentBase):
@@ -116,10 +111,6 @@ class LMAgent(AgentBase):
         self.trainer = LMTrainer(config, self.model, self.planner, pad, self.lam, self.bandwidth)
         self.learner, self.replay = self.trainer.learner, self.trainer.replay
         self.judge = self._make_judge() if lm.reward != "env" else None
-        self.rollout_config = RolloutConfig(action_mode=lm.action_mode, max_turns=lm.max_turns,
-                                            max_new_tokens=lm.max_new_tokens, temperature=lm.temperature,
-                                            max_context=lm.max_episode_tokens, task=config.env_name,
-                                            anchor_state=_anchor_state(config.env_name))
         self.env_steps = 0
         self.updates = 0
         self.sft_done = not (lm.sft_episodes and lm.sft_steps)
@@ -130,11 +121,10 @@ class LMAgent(AgentBase):
         if config.backend == "ray":  # the same generator interface over Ray workers (lm/ray_lm.py)
             from echo_rl.lm.ray_lm import RayLMGenerator, default_lm_workers  # needed on this path only
 
-            self.generator: Any = RayLMGenerator(config, self.rollout_config, self.bandwidth,
-                                                 default_lm_workers(config))
+            self.generator: Any = RayLMGenerator(config, self.bandwidth, default_lm_workers(config))
         else:
-            self.generator = LMGenerator(config.execution_config, self.renderer, self.rollout_config,
-                                         lm.eval_temperature, lambda held_out: self.env(held_out), self.bandwidth)
+            self.generator = LMGenerator(config.execution_config, self.renderer, lm, config.env_name,
+                                         lambda held_out: self.env(held_out), self.bandwidth)
 
     @property
     def finished(self) -> bool:
@@ -181,7 +171,11 @@ class LMAgent(AgentBase):
         await self.generator.start(self.learner.engine_copy(), planner, self.learner.version)
 
     def close(self) -> Any:
-        """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop)."""
+        """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop). A local
+        judge's engine thread stops here too."""
+        host = getattr(getattr(getattr(self, "judge", None), "backbone", None), "host", None)
+        if host is not None:
+            host.close()
         return self.generator.stop() if self.generator.running else None
 
     # -- acting and learning ----------------------------------------------------------
@@ -224,8 +218,9 @@ class LMAgent(AgentBase):
     # -- RLAIF ----------------------------------------------------------------------------
     def _make_judge(self) -> Any:
         lm = self.config.lm_config
-        return AIJudge(load_backbone(lm.judge_backbone), lm.judge_rubric or DEFAULT_RUBRIC, mode=lm.judge_mode,
-                       on_unparsed="zero")
+        # a local judge decodes on the engine (where it runs the architecture), like every other local model
+        return AIJudge(engine_backed(load_backbone(lm.judge_backbone)), lm.judge_rubric or DEFAULT_RUBRIC,
+                       mode=lm.judge_mode, on_unparsed="zero")
 
     async def _judge(self, trajs: list) -> dict[str, float]:
         """Replace each trajectory's rewards: ``rlaif`` puts the judge's score on the last turn (the others 0);
@@ -289,7 +284,7 @@ class LMAgent(AgentBase):
             n, turns = self.config.lm_config.heldout_pool, self.config.lm_config.max_turns
             self._heldout = [expert_trajectory(self.env(held_out=True), self.renderer,
                                                seed=HELD_OUT_SEED_BASE + HELD_OUT_POOL_OFFSET + i, max_turns=turns,
-                                               task=self.config.env_name)
+                                               task=self.config.env_name, system=self.config.lm_config.system_prompt)
                              for i in range(n)]
         return self._heldout
 
@@ -306,6 +301,8 @@ class LMAgent(AgentBase):
                                                           lm.max_turns, lm.sft_batch_episodes, lm.compute_dtype],
                    "protocol": repr(task_format(cfg.env_name, self.env(held_out=False))),  # prompt, parser, role
                    "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
+            if lm.system_prompt is not None:  # the demonstrations' own system message (absent: the task's)
+                key["system"] = lm.system_prompt
             if lm.lora_rank:  # adapters change what SFT trains and the state's keys (absent: full fine-tuning)
                 key["lora"] = [lm.lora_rank, lm.lora_alpha, lm.lora_targets]
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -321,7 +318,7 @@ class LMAgent(AgentBase):
         done = self.progress.count("[sft]", lm.sft_steps, "steps", f"warm start on {lm.sft_episodes} expert "
                                    f"episodes, {min(lm.sft_batch_episodes or lm.sft_episodes, lm.sft_episodes)} a step")
         demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns,
-                                   task=cfg.env_name) for s in seeds]
+                                   task=cfg.env_name, system=lm.system_prompt) for s in seeds]
         m: dict[str, float] = {}
         for batch in sft_batches(demos, lm.sft_steps, lm.sft_batch_episodes, rng):
             m = self.learner.sft_update(batch)

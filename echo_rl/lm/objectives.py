@@ -45,7 +45,7 @@ class ObjectiveInputs:
     #             attention_mask, env_output_count, returns, group_ids, policy_version
     advantages: Any  # [B] per trajectory (group-relative or replayed), or [B, L] per token (value_head: GAE)
     lam: float  # this step's λ of the ECHO term (0: no env CE)
-    config: Any  # the LMLearnerConfig: clip_low/high, ce_target, ce_normalization, pg_reduction, vf_coef...
+    config: Any  # the run's LMConfig: clip, ce_target, ce_normalization, pg_reduction, vf_coef, gigpo_*...
     ref_logprobs: Any = None  # the frozen reference's log-probs (kl_coef > 0), else None
     weights: Any = None  # [B] importance weights of replayed trajectories, else None
     values: Any = None  # value_head objectives: V per token [B, L] (with gradient)

@@ -38,7 +38,7 @@ from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import LMGenerator, RolloutBatch, WeightUpdate
 from echo_rl.lm.learner import COMPUTE_DTYPES
 from echo_rl.lm.policy import load_policy
-from echo_rl.lm.rollout import RolloutConfig, env_kwargs
+from echo_rl.lm.rollout import env_kwargs
 
 END_EPISODE = None  # the recorder's event for "the episode ended"
 
@@ -100,7 +100,7 @@ def default_lm_workers(config: TrainingConfig) -> int:
 class LMRolloutActor:
     """One Ray worker: the backbone, its own engine, an ``LMGenerator`` over them (runs as an async Ray actor)."""
 
-    def __init__(self, config: TrainingConfig, rollout: RolloutConfig) -> None:
+    def __init__(self, config: TrainingConfig) -> None:
         torch.manual_seed(config.seed)
         self.config = config
         self.dtype = COMPUTE_DTYPES[config.lm_config.compute_dtype]  # the engine's weights, as in-process
@@ -108,7 +108,7 @@ class LMRolloutActor:
         self.model.to(self.dtype)
         self.recorder = BandwidthRecorder()
         self.generator = LMGenerator(
-            config.execution_config, ChatRenderer(tokenizer), rollout, config.lm_config.eval_temperature,
+            config.execution_config, ChatRenderer(tokenizer), config.lm_config, config.env_name,
             lambda held_out: make_env(config.env_name, **env_kwargs(config, held_out)), self.recorder)
         self.version = -1
 
@@ -150,9 +150,9 @@ class LMRolloutActor:
 class RayLMGenerator:
     """``LMGenerator``'s interface over ``num_workers`` :class:`LMRolloutActor` s (see module doc)."""
 
-    def __init__(self, config: TrainingConfig, rollout: RolloutConfig, tracker: BandwidthEfficiencyTracker,
-                 num_workers: int) -> None:
-        self.config, self.rollout_config, self.bandwidth = config, rollout, tracker
+    def __init__(self, config: TrainingConfig, tracker: BandwidthEfficiencyTracker, num_workers: int) -> None:
+        """``config``: the run's, its ``lm_config`` resolved for the backbone (each worker reads it as is)."""
+        self.config, self.bandwidth = config, tracker
         self.num_workers, self.max_lag = num_workers, config.max_policy_lag or 0
         self.engine: Any = None  # no engine in this process
         self.workers: list = []
@@ -166,7 +166,7 @@ class RayLMGenerator:
         self._owns_ray = _init_ray(self.config, self.num_workers)
         ray = _ray()
         actor = ray.remote(num_cpus=1, max_restarts=0)(LMRolloutActor)
-        self.workers = [actor.remote(self.config, self.rollout_config) for _ in range(self.num_workers)]
+        self.workers = [actor.remote(self.config) for _ in range(self.num_workers)]
         self.version = version
         self._update = ray.put(cpu_update(WeightUpdate(
             version, model.state_dict(), planner.state_dict() if planner is not None else None)))

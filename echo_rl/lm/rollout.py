@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from echo_rl.config import BandwidthConfig, TrainingConfig
-from echo_rl.environments.registry import ANCHOR_STATES, split_configs, task_format
+from echo_rl.config import BandwidthConfig, LMConfig, TrainingConfig
+from echo_rl.environments.registry import find_task_spec, split_configs, task_format
 from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
@@ -50,7 +49,6 @@ from echo_rl.lm.trajectory import TrajectoryBuilder, observation_text
 from echo_rl.models.teacher_forcing import continuation_logprobs, token_logprobs
 from echo_rl.types import TokenTrajectory
 
-ACTION_MODES = ("generate", "choose")
 #: the LM path's line before the task's instruction in the system prompt (``TaskFormat.system_prompt``)
 LM_INTRO = "You are an agent in a text environment."
 
@@ -64,41 +62,18 @@ def env_kwargs(config: TrainingConfig, held_out: bool) -> dict[str, Any]:
     return {**kw, **evaluation, **config.lm_config.eval_env_config} if held_out else kw
 
 
-@dataclass
-class RolloutConfig:
-    """``task``: the registered task whose turn protocol (``TaskFormat``) episodes follow (None: the generic
-    one); ``max_new_tokens``, ``system_prompt`` and ``observation_role`` left at None take the task's."""
-
-    action_mode: str = "generate"
-    max_turns: int = 16
-    max_new_tokens: int | None = None  # None: the task's token budget (TaskFormat.max_tokens)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    system_prompt: str | None = None  # None: the task's (LM_INTRO + its instruction); "": no system message
-    observation_role: str | None = None  # None: the task's, where the chat template has it (else user)
-    task: str | None = None
-    max_observation_tokens: int | None = None  # longer observations are cut (warnings kept first)
-    max_context: int | None = None  # the episode ends (truncated) before its context passes this many tokens
-    anchor_state: str = "observation"  # each step's state (GiGPO's anchor): the observation text or info["state_key"]
-
-    def __post_init__(self) -> None:
-        if self.action_mode not in ACTION_MODES:
-            raise ValueError(f"action_mode={self.action_mode!r} is invalid: allowed: {', '.join(ACTION_MODES)}")
-        if self.max_turns < 1 or (self.max_new_tokens is not None and self.max_new_tokens < 1):
-            raise ValueError(f"max_turns={self.max_turns}, max_new_tokens={self.max_new_tokens} are invalid: "
-                             "must be >= 1")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} is invalid: must be >= 0")
-        if self.anchor_state not in ANCHOR_STATES:
-            raise ValueError(f"anchor_state={self.anchor_state!r} is invalid: allowed: {', '.join(ANCHOR_STATES)}")
+def anchor_state(task: str | None) -> str:
+    """What ``task`` calls a step's state (GiGPO's anchor): its ``TaskSpec.anchor_state``, else the observation."""
+    spec = find_task_spec(task)
+    return spec.anchor_state if spec is not None else "observation"
 
 
-def lm_turn_setup(fmt: TaskFormat, renderer: ChatRenderer, system_prompt: str | None = None,
-                  observation_role: str | None = None) -> tuple[str | None, str]:
+def lm_turn_setup(fmt: TaskFormat, renderer: ChatRenderer, system_prompt: str | None = None) -> tuple[str | None, str]:
     """(system prompt, observation chat role) of an LM episode under ``fmt``: rollouts and SFT both use it,
-    so demonstrations and rollouts see the same prompt. Explicit arguments override the task's."""
+    so demonstrations and rollouts see the same prompt. ``system_prompt`` (``lm_config.system_prompt``)
+    overrides the task's; ``""`` means no system message."""
     system = fmt.system_prompt(LM_INTRO) if system_prompt is None else (system_prompt or None)
-    return system, observation_role or fmt.chat_role(renderer.has_tool_role)
+    return system, fmt.chat_role(renderer.has_tool_role)
 
 
 def stop_cut(token_ids: Sequence[int], stops: Sequence[str], decode: Callable[[Sequence[int]], str]) -> int:
@@ -135,27 +110,35 @@ class CandidateScorer:
 
 
 class LMRolloutWorker:
-    """Runs episodes of a text env with a language-model policy served by ``engine``."""
+    """Runs episodes of a text env with a language-model policy served by ``engine``.
 
-    def __init__(self, engine: Any, renderer: ChatRenderer, config: RolloutConfig | None = None, *,
-                 scorer: CandidateScorer | None = None, parse: Callable[[str], str] | None = None,
-                 plan: Callable[[np.random.Generator], Any] | None = None,
+    It reads the run's :class:`~echo_rl.config.LMConfig` as it is: ``action_mode``, ``max_turns``,
+    ``max_new_tokens`` (None: the task's budget), ``temperature``, ``max_episode_tokens`` and
+    ``system_prompt``. Sampling is plain softmax at that temperature (no top-p): the learner's importance
+    ratio is taken against exactly that distribution.
+    """
+
+    def __init__(self, engine: Any, renderer: ChatRenderer, config: LMConfig | None = None, *,
+                 task: str | None = None, scorer: CandidateScorer | None = None,
+                 parse: Callable[[str], str] | None = None, plan: Callable[[np.random.Generator], Any] | None = None,
                  tracker: BandwidthEfficiencyTracker | None = None) -> None:
-        """``plan``: a factory of per-episode :class:`~echo_rl.lm.plan.EpisodePlan` (latent plan as a
-        soft prefix before each action), or None for no plan. ``tracker``: the trainer's η_bw tracker (default:
+        """``task``: the registered task whose turn protocol (``TaskFormat``) and anchor state episodes follow
+        (None: the generic protocol, the observation as anchor). ``plan``: a factory of per-episode
+        :class:`~echo_rl.lm.plan.EpisodePlan` (latent plan as a soft prefix before each action), or None for
+        no plan. ``tracker``: the trainer's η_bw tracker (default:
         one of the worker's own, at the engine's bandwidth scale). ``parse``: reply text -> action, replacing the
         task's parser (``TaskFormat.action``)."""
         self.engine, self.renderer = engine, renderer
         scale = getattr(getattr(engine, "config", None), "bandwidth_scale", 1.0)
         self.bandwidth = tracker if tracker is not None else BandwidthEfficiencyTracker(BandwidthConfig(scale=scale))
         self.plan = plan
-        self.config = config or RolloutConfig()
+        self.config = config or LMConfig()
+        self.task, self.anchor_state = task, anchor_state(task)
         if self.config.action_mode == "choose" and scorer is None:
             raise ValueError("action_mode='choose' needs a scorer (CandidateScorer over the policy's weights)")
         self.scorer, self.parse = scorer, parse
         self._checked_roles: set[str] = set()
-        self._check_role(lm_turn_setup(task_format(self.config.task), renderer, self.config.system_prompt,
-                                       self.config.observation_role)[1])
+        self._check_role(lm_turn_setup(task_format(task), renderer, self.config.system_prompt)[1])
         end = renderer.turn_end([{"role": "user", "content": "x"}])
         if not end:
             raise ValueError("the chat template has no end-of-turn tokens, so replies cannot be stopped")
@@ -179,8 +162,8 @@ class LMRolloutWorker:
         t0 = time.perf_counter()
         _, info = env.reset(seed=seed, options=options)
         t_env += time.perf_counter() - t0
-        fmt = task_format(cfg.task, env)
-        system, role = lm_turn_setup(fmt, self.renderer, cfg.system_prompt, cfg.observation_role)
+        fmt = task_format(self.task, env)
+        system, role = lm_turn_setup(fmt, self.renderer, cfg.system_prompt)
         self._check_role(role)
         parse = self.parse or fmt.action
         budget = cfg.max_new_tokens or fmt.max_tokens
@@ -188,7 +171,7 @@ class LMRolloutWorker:
         version = self.engine.policy_version if cfg.action_mode == "generate" else self.scorer.version()
         b = TrajectoryBuilder(self.renderer, info["segments"], system=system,
                               observation_role=role, group_id=group_id, episode_id=episode_id,
-                              policy_version=version, max_observation_tokens=cfg.max_observation_tokens)
+                              policy_version=version)
         rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
         anchors = [self._anchor(info)]  # the state each turn starts from
         ep_plan = None if self.plan is None else self.plan(np.random.default_rng([rng.integers(2**31), 1]))
@@ -198,14 +181,14 @@ class LMRolloutWorker:
             t0 = time.perf_counter()
             n_ctx = len(b.token_ids)
             p_rows = 0 if ep_plan is None else ep_plan.planner.num_tokens
-            limit = min(self.engine.max_context, cfg.max_context or self.engine.max_context)
+            limit = min(self.engine.max_context, cfg.max_episode_tokens)
             if n_ctx + p_rows + budget > limit:
                 truncated = True  # the context is full: the episode ends here, as a time limit would
                 break
             prefix = None if ep_plan is None else await self.engine.call(ep_plan.next_prefix, b.token_ids)
             if cfg.action_mode == "generate":
                 res = await self.engine.generate(
-                    b.token_ids, max_new_tokens=budget, temperature=cfg.temperature, top_p=cfg.top_p,
+                    b.token_ids, max_new_tokens=budget, temperature=cfg.temperature,
                     stop_token_ids=self.stop_ids, seed=int(rng.integers(2**31)), plan_embeddings=prefix)
                 keep = stop_cut(res.token_ids, fmt.stop, decode)
                 ids, lps = res.token_ids[:keep], res.logprobs[:keep]
@@ -245,7 +228,7 @@ class LMRolloutWorker:
 
     def _anchor(self, info: dict) -> str:
         """The state a turn starts from, as the task defines it (``TaskSpec.anchor_state``)."""
-        if self.config.anchor_state == "state_key":
+        if self.anchor_state == "state_key":
             key = info.get("state_key")
             if not isinstance(key, str):
                 raise ValueError(f"the task's anchor state is info['state_key'] (anchor_state='state_key'), but "

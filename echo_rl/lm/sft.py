@@ -22,14 +22,14 @@ from echo_rl.types import TokenTrajectory
 
 
 def expert_trajectory(env: Any, renderer: ChatRenderer, *, seed: int, options: dict | None = None,
-                      task: str | None = None, system: str | None = None, observation_role: str | None = None,
-                      max_turns: int = 64, episode_id: int = 0) -> TokenTrajectory:
-    """One expert episode of ``task``'s env; ``system`` / ``observation_role`` left at None are the task's
-    (as in :class:`~echo_rl.lm.rollout.RolloutConfig`)."""
+                      task: str | None = None, system: str | None = None, max_turns: int = 64,
+                      episode_id: int = 0) -> TokenTrajectory:
+    """One expert episode of ``task``'s env; ``system`` (``lm_config.system_prompt``) left at None is the
+    task's, as in the rollouts."""
     if not getattr(env, "has_expert", False):
         raise ValueError(f"{type(env).__name__} has no expert to demonstrate with")
     _, info = env.reset(seed=seed, options=options)
-    system, observation_role = lm_turn_setup(task_format(task, env), renderer, system, observation_role)
+    system, observation_role = lm_turn_setup(task_format(task, env), renderer, system)
     b = TrajectoryBuilder(renderer, info["segments"], system=system, observation_role=observation_role,
                           episode_id=episode_id)
     end = renderer.turn_end([{"role": "user", "content": "x"}])

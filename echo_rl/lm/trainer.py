@@ -24,7 +24,7 @@ import numpy as np
 from echo_rl.config import ConfigError, ReplayConfig, TrainingConfig
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.generator import WeightUpdate
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig
+from echo_rl.lm.learner import LMLearner
 from echo_rl.lm.replay import TrajectoryReplay
 from echo_rl.types import TokenTrajectory
 
@@ -34,19 +34,10 @@ class LMTrainer:
 
     def __init__(self, config: TrainingConfig, model: Any, planner: Any | None, pad_id: int, lam: float,
                  tracker: BandwidthEfficiencyTracker) -> None:
-        lm, pc = config.lm_config, config.planning_config
+        lm = config.lm_config
         self.config, self.planner, self.lam, self.bandwidth = config, planner, lam, tracker
-        self.learner = LMLearner(model, pad_id, LMLearnerConfig(
-            learning_rate=lm.learning_rate, max_grad_norm=lm.max_grad_norm, lam=lam, clip_low=lm.clip,
-            clip_high=lm.clip, pg_temperature=lm.temperature or 1.0, max_staleness=lm.max_staleness,
-            plan_kl_weight=pc.kl_weight, plan_learning_rate=pc.learning_rate, plan_max_grad_norm=pc.max_grad_norm,
-            kl_coef=lm.kl_coef, objective=lm.objective, gae_level=lm.gae_level, gamma=lm.gamma,
-            gae_lambda=lm.gae_lambda, vf_coef=lm.vf_coef, value_clip=lm.value_clip,
-            token_budget=lm.learner_token_budget, chunk_tokens=lm.learner_chunk_tokens, compute_dtype=lm.compute_dtype,
-            advantage_scale=lm.advantage_scale, pg_reduction=lm.pg_reduction, ce_target=lm.ce_target,
-            ce_normalization=lm.ce_normalization, gigpo_gamma=lm.gigpo_gamma, gigpo_omega=lm.gigpo_omega,
-            gigpo_norm=lm.gigpo_norm, gigpo_similarity=lm.gigpo_similarity),
-            planner=planner, ref_model=copy.deepcopy(model) if lm.kl_coef else None)
+        self.learner = LMLearner(model, pad_id, lm, lam=lam, planner=planner,
+                                 ref_model=copy.deepcopy(model) if lm.kl_coef else None)
         use_replay = lm.replay_updates > 0 and (config.agent != "echo-rl" or config.echo_config.replay_updates > 0)
         if use_replay and self.learner.objective.advantages is not None:
             raise ConfigError(f"lm_config.objective={lm.objective!r} is invalid with replay (lm_config.replay_updates="

@@ -1,16 +1,16 @@
 """Local causal-LM checkpoints through transformers, with their own chat template.
 
-Decoding is a small loop of our own over the model's KV cache rather than
-``model.generate``: the server and the RL engine need, per sampled token, its
-id (exactly as sampled), its log-probability and the top alternatives, plus
-streaming and stop strings — one loop gives all of them with no
-re-tokenization. Reported log-probs are those of the model's distribution
-(before temperature / top-p), as vLLM reports them by default.
+There is no decode loop here: :class:`LocalBackbone` decodes with transformers' ``generate`` (any
+architecture), and callers that decode at scale put the checkpoint behind the execution engine, the project's
+one decode loop (``prompting.engine_backbone.engine_backed``: prompting agents, evaluation, the AI judge;
+``echo-rl serve``). Reported log-probs are those of the model's distribution (before temperature / top-p), as
+vLLM reports them by default; teacher-forced scoring is :mod:`echo_rl.models.teacher_forcing`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -23,7 +23,6 @@ from echo_rl.models.chat_template import apply_chat_template
 from echo_rl.utils.optional import require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# Below this temperature sampling is greedy: logits / 1e-300 overflows to inf and softmax to NaN (vLLM's epsilon).
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
@@ -175,33 +174,38 @@ class LocalBackbone(Backbone):
 
     # -- decoding ----------------------------------------------------------------
     def generate_ids(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[TokenLogprob]:
-        """Sample token by token; yields each token (id, log-prob, top alternatives) as it is drawn."""
+        """The sampled tokens (id, log-prob, top alternatives), decoded by transformers' ``generate``.
+
+        Greedy below the engine's ``MIN_TEMPERATURE``, else softmax at the temperature with top-p (no top-k,
+        none of the checkpoint's generation defaults); decoding ends at EOS, the budget, or a stop string.
+        A seed draws the same tokens every time and leaves the caller's torch RNG as it was."""
         torch = self._torch
         max_new = self._fit(prompt_ids, params.max_tokens)
-        gen = torch.Generator(device="cpu")
-        if params.seed is not None:
-            if isinstance(params.seed, bool) or not isinstance(params.seed, int) \
-                    or not SEED_RANGE[0] <= params.seed <= SEED_RANGE[1]:
-                raise ConfigError(f"seed={params.seed!r} is invalid: must be an integer in [-2**63, 2**64 - 1]")
-            gen.manual_seed(params.seed)
-        else:
-            gen.seed()
-        from echo_rl.engine.sampling import SamplingParams as TokenSampling  # torch: loaded on first use
-        from echo_rl.engine.sampling import choose_token  # torch: loaded on first use
+        if params.seed is not None and (isinstance(params.seed, bool) or not isinstance(params.seed, int)
+                                        or not SEED_RANGE[0] <= params.seed <= SEED_RANGE[1]):
+            raise ConfigError(f"seed={params.seed!r} is invalid: must be an integer in [-2**63, 2**64 - 1]")
+        from transformers import GenerationConfig, StoppingCriteriaList
 
-        # the engine's sampler (greedy below its MIN_TEMPERATURE, top-p): one way to pick a token everywhere
-        token_params = TokenSampling(max_new_tokens=max_new, temperature=params.temperature, top_p=params.top_p)
-        past = None
+        from echo_rl.engine.sampling import MIN_TEMPERATURE  # torch: loaded on first use
+
+        greedy = params.temperature < MIN_TEMPERATURE
+        # every logits processor set explicitly: a field left at None takes the checkpoint's generation_config
+        sampling = {} if greedy else {"temperature": float(params.temperature), "top_p": float(params.top_p),
+                                      "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+                                      "eta_cutoff": 0.0}
+        config = GenerationConfig(max_new_tokens=max_new, min_new_tokens=0, do_sample=not greedy, **sampling,
+                                  repetition_penalty=1.0, no_repeat_ngram_size=0, num_beams=1,
+                                  eos_token_id=sorted(self.eos_ids) or None, pad_token_id=self._pad_id(),
+                                  output_logits=True, return_dict_in_generate=True)
         ids = torch.tensor([prompt_ids], device=self.device)
-        for _ in range(max_new):
-            # the lock is held per forward step, not across yields: concurrent requests
-            # interleave token by token, and an abandoned stream never blocks the model
-            with self._lock, torch.inference_mode():
-                out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                logits = out.logits[0, -1].float().cpu()
-            logp = torch.log_softmax(logits, dim=-1)
-            tok, _ = choose_token(logits, token_params, gen)
+        stops = StoppingCriteriaList([_StopStrings(self.tokenizer, params.stop, len(prompt_ids))] if params.stop
+                                     else [])
+        with self._lock, torch.inference_mode(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                                      stopping_criteria=stops)
+        for tok, logits in zip(out.sequences[0, len(prompt_ids):].tolist(), out.logits):
+            logp = torch.log_softmax(logits[0].float().cpu(), dim=-1)  # the model's own distribution
             top = []
             if params.top_logprobs:
                 vals, idx = torch.topk(logp, params.top_logprobs)
@@ -209,7 +213,10 @@ class LocalBackbone(Backbone):
             yield TokenLogprob(self.tokenizer.decode([tok]), float(logp[tok]), tok, top)
             if tok in self.eos_ids:
                 return
-            ids = torch.tensor([[tok]], device=self.device)
+
+    def _pad_id(self) -> int | None:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else min(self.eos_ids, default=None)
 
     def stream_ids(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[TextDelta | Completion]:
         """Yield text deltas (with the tokens they complete) as they become final, then the :class:`Completion`.
@@ -309,3 +316,16 @@ def _trim_tokens(tokens: list[TokenLogprob], tokenizer: Any, cut: int) -> list[T
         if len(tokenizer.decode([t.token_id for t in tokens[:n]])) >= cut:
             return tokens[:n]
     return tokens
+
+
+class _StopStrings:
+    """Ends ``generate`` once the generated text (not the prompt) holds a stop string; the caller cuts it."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_len: int) -> None:
+        self.tokenizer, self.stop, self.prompt_len = tokenizer, tuple(stop), prompt_len
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        text = self.tokenizer.decode(input_ids[0, self.prompt_len:])
+        return torch.tensor([any(s in text for s in self.stop)], device=input_ids.device)

@@ -94,6 +94,10 @@ class EngineBackbone(Backbone):
         future, prompt, params = self._submit(messages, sampling)
         return self._finish(await asyncio.wrap_future(future), prompt, params)
 
+    def score(self, messages: Sequence[Message], continuations: Sequence[str]) -> list[float]:
+        """Teacher-forced log-likelihoods (no decoding): the local backbone's, on the same weights."""
+        return self.local.score(messages, continuations)
+
     def snapshot(self) -> dict[str, float]:
         """The engine's counters (prefix-cache hit rate, tokens per second, ...)."""
         return self.host.snapshot()
@@ -104,7 +108,15 @@ class EngineBackbone(Backbone):
 
 
 def engine_backed(backbone: Backbone, max_concurrent: int = 64) -> Backbone:
-    """A local checkpoint behind the engine; any other backbone unchanged (API calls run concurrently as is)."""
-    if isinstance(backbone, LocalBackbone):
-        return EngineBackbone(backbone, max_concurrent=max_concurrent)
-    return backbone
+    """A local checkpoint behind the engine, where the engine runs its architecture; any other backbone unchanged
+    (API calls run concurrently as is; a local architecture the engine cannot run exactly decodes with
+    transformers' ``generate``, through :class:`LocalBackbone`)."""
+    if not isinstance(backbone, LocalBackbone):
+        return backbone
+    from echo_rl.engine.model_runner import check_supported  # torch: loaded on first use
+
+    try:
+        check_supported(backbone.model)
+    except NotImplementedError:
+        return backbone
+    return EngineBackbone(backbone, max_concurrent=max_concurrent)

@@ -98,13 +98,7 @@ class ActorCriticAgent(ModularAgent, VectorAgentBase):
         self.generator = torch_generator(config.seed + 1)
         self.np_rng = np.random.default_rng(config.seed + 2)
         self.collector = VectorRolloutCollector(envs, self.num_steps, actor_seeds(config.seed, self.num_envs))
-        self.env_steps = 0
-        self.updates = 0
-        try:
-            self.init_parts()
-        except BaseException:
-            envs.close()
-            raise
+        self.init_parts()
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         # foreach: one call per step for all parameters, not a Python loop over them (torch picks it only on

@@ -99,8 +99,8 @@ def from_checkpoint(x: Any) -> Any:
 class ModularAgent:
     """``set()`` and the learner-side parts (augmentation, intrinsic reward) of a vector agent.
 
-    The agent sets ``config``, ``device``, ``env_steps``, ``collector`` and calls
-    :meth:`init_parts` once its own network exists.
+    The agent sets ``config``, ``device``, ``collector`` and calls :meth:`init_parts` (which zeroes
+    ``env_steps`` and ``updates``) once its own network exists.
     """
 
     augmentation = None
@@ -108,15 +108,21 @@ class ModularAgent:
     mixer = None
 
     def init_parts(self) -> None:
-        """The parts a config names (``augmentation``, ``intrinsic_reward``)."""
-        cfg = self.config
-        self.aug_generator = torch_generator(cfg.seed + AUGMENTATION_SEED_OFFSET)
-        if cfg.augmentation:
-            self.set(augmentation=cfg.augmentation)
-        if cfg.intrinsic_reward:
-            envs = self.collector.envs
-            self.set(reward=make_reward(cfg.intrinsic_reward, cfg, envs.single_observation_space,
-                                        envs.single_action_space, self.device))
+        """The last step of an agent's construction: zeroed counters and the parts a config names
+        (``augmentation``, ``intrinsic_reward``). A failure closes the envs, which the agent owns by now."""
+        cfg, envs = self.config, self.collector.envs
+        self.env_steps = 0
+        self.updates = 0
+        try:
+            self.aug_generator = torch_generator(cfg.seed + AUGMENTATION_SEED_OFFSET)
+            if cfg.augmentation:
+                self.set(augmentation=cfg.augmentation)
+            if cfg.intrinsic_reward:
+                self.set(reward=make_reward(cfg.intrinsic_reward, cfg, envs.single_observation_space,
+                                            envs.single_action_space, self.device))
+        except BaseException:
+            envs.close()
+            raise
 
     def set(self, **parts: Any) -> "ModularAgent":
         """Swap parts (:data:`PARTS`); returns the agent. A part given as None is left as it is."""

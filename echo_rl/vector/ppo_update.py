@@ -86,21 +86,31 @@ def ppo_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator,
         return _sharded_epochs(ppo, batch, np_rng, forward, step, extra_metrics, dp)
     n = len(batch)
     mb = min(ppo.batch_size, n)
-    sums = torch.zeros(len(BASE_METRICS) + len(extra_metrics))
-    count, stop = 0, False
-    for _ in range(ppo.num_epochs):
-        perm = np_rng.permutation(n)
+
+    def epoch(perm: np.ndarray):
         perm_t = torch.as_tensor(perm, device=batch.actions.device)
         shuffled = batch.select(perm_t)  # one gather per epoch; each minibatch is then a slice of it
         for start in range(0, n, mb):
-            idx = perm[start:start + mb]
-            out = forward(idx, perm_t[start:start + mb])
+            out = forward(perm[start:start + mb], perm_t[start:start + mb])
             part = shuffled.rows(start, start + mb)
             terms, loss = _minibatch_loss(ppo, part, out, part.advantages, ppo.normalize_advantages)
             grad_norm = torch.as_tensor(step(loss), dtype=torch.float32).detach().cpu()
-            sums += _metric_row(terms, grad_norm, out)
+            yield _metric_row(terms, grad_norm, out), terms.approx_kl
+
+    return _run_epochs(ppo, n, np_rng, extra_metrics, torch.float32, epoch)
+
+
+def _run_epochs(ppo: PPOConfig, n: int, np_rng: np.random.Generator, extra_metrics: Sequence[str],
+                dtype: torch.dtype, epoch: Callable) -> PPOEpochs:
+    """The epoch loop both forms share: a fresh permutation of ``n`` each epoch, ``epoch(perm)`` yields each
+    minibatch's metric row and approximate KL once it has stepped; stop once the KL passes ``target_kl``."""
+    sums = torch.zeros(len(BASE_METRICS) + len(extra_metrics), dtype=dtype)
+    count, stop = 0, False
+    for _ in range(ppo.num_epochs):
+        for row, approx_kl in epoch(np_rng.permutation(n)):
+            sums += row
             count += 1
-            if ppo.target_kl is not None and terms.approx_kl.item() > ppo.target_kl:
+            if ppo.target_kl is not None and approx_kl.item() > ppo.target_kl:
                 stop = True
                 break
         if stop:
@@ -152,10 +162,8 @@ def _sharded_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator
     n = len(batch) * dp.world_size
     mb = min(ppo.batch_size, n)
     width = len(BASE_METRICS) + len(extra_metrics)
-    sums = torch.zeros(width, dtype=torch.float64)
-    count, stop = 0, False
-    for _ in range(ppo.num_epochs):
-        perm = np_rng.permutation(n)
+
+    def epoch(perm: np.ndarray):
         for start in range(0, n, mb):
             global_idx = perm[start:start + mb]
             idx = dp.local_indices(global_idx)
@@ -175,12 +183,6 @@ def _sharded_epochs(ppo: PPOConfig, batch: PPOBatch, np_rng: np.random.Generator
                 local = torch.zeros(width, dtype=torch.float64)
             mean = dp.all_reduce_(local)
             mean[len(BASE_METRICS) - 1] = float(grad_norm)  # the same on every learner (summed gradients)
-            sums += mean
-            count += 1
-            if ppo.target_kl is not None and mean[3].item() > ppo.target_kl:
-                stop = True
-                break
-        if stop:
-            break
-    names = BASE_METRICS + tuple(extra_metrics)
-    return PPOEpochs(dict(zip(names, (sums / count).tolist())), count, stop)
+            yield mean, mean[3]
+
+    return _run_epochs(ppo, n, np_rng, extra_metrics, torch.float64, epoch)

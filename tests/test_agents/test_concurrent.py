@@ -1,6 +1,7 @@
 """Concurrent evaluation: episodes overlap, results keep job order, a local model decodes through the engine."""
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_bad_concurrency_is_a_config_error():
         asyncio.run(run_episodes([EpisodeJob(0, 0)], CorridorEnv, lambda env: None, concurrency=0))
 
 
-def test_engine_backbone_matches_the_local_decode_loop(tiny):
+def test_engine_backbone_matches_transformers_generate(tiny):
     eb = engine_backed(tiny)
     assert isinstance(eb, EngineBackbone) and engine_backed(ScriptedBackbone(["x"])).name == "scripted"
     try:
@@ -107,3 +108,33 @@ def test_engine_backbone_matches_the_local_decode_loop(tiny):
         assert eb.usage.requests == 5 and eb.snapshot()["requests_finished"] == 5
     finally:
         eb.host.close()  # the session's tiny backbone stays usable for other tests
+
+
+def test_engine_backed_where_the_engine_runs_the_architecture(tiny, monkeypatch):
+    """Elsewhere the local backbone stays as is (transformers' generate decodes it); scoring is teacher-forced."""
+    monkeypatch.setattr(tiny.model.config, "model_type", "gpt2")
+    assert engine_backed(tiny) is tiny
+    monkeypatch.undo()
+    eb = engine_backed(tiny)
+    try:
+        msgs = [{"role": "user", "content": "go on"}]
+        assert eb.score(msgs, ["a", "b c"]) == tiny.score(msgs, ["a", "b c"])
+    finally:
+        eb.host.close()
+
+
+def test_the_lm_agents_judge_decodes_on_the_engine(tiny, monkeypatch):
+    from echo_rl.lm import loop
+
+    monkeypatch.setattr(loop, "load_backbone", lambda name: tiny)
+    agent = loop.LMAgent.__new__(loop.LMAgent)
+    lm = SimpleNamespace(judge_backbone="tiny", judge_rubric="", judge_mode="generate")
+    agent.config = SimpleNamespace(lm_config=lm)
+    agent.judge = judge = agent._make_judge()
+    try:
+        assert isinstance(judge.backbone, EngineBackbone) and judge.backbone.local is tiny
+        assert judge.judge("put the apple away", [{"role": "assistant", "content": "done"}]).score >= 0
+        agent.generator = SimpleNamespace(running=False)
+        assert agent.close() is None and judge.backbone.host._loop is None  # the judge's engine thread stopped
+    finally:
+        judge.backbone.host.close()

@@ -286,13 +286,14 @@ def test_lm_rollouts_close_eta_bw_episodes_on_caps(tiny_lm, cap):
     from echo_rl.engine.engine import AsyncExecutionEngine
     from echo_rl.environments.minigrid import MiniGridEnvironment
     from echo_rl.lm.chat_delta import ChatRenderer
-    from echo_rl.lm.rollout import LMRolloutWorker, RolloutConfig
+    from echo_rl.config import LMConfig
+    from echo_rl.lm.rollout import LMRolloutWorker
 
     tok, model = tiny_lm
 
     async def run():
         async with AsyncExecutionEngine(ExecutionConfig(), model) as engine:
-            worker = LMRolloutWorker(engine, ChatRenderer(tok), RolloutConfig(max_turns=2, max_new_tokens=3))
+            worker = LMRolloutWorker(engine, ChatRenderer(tok), LMConfig(max_turns=2, max_new_tokens=3))
             if cap == "context":  # after the first reply the context is "full": the episode ends there
                 generate = engine.generate
 

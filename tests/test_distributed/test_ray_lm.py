@@ -146,12 +146,11 @@ def test_batches_joined_after_a_drop_keep_their_groups_apart():
 
     from echo_rl.lm.ray_lm import RayLMGenerator
     from echo_rl.lm.generator import RolloutBatch
-    from echo_rl.lm.rollout import RolloutConfig
 
     def traj(group: int, version: int) -> SimpleNamespace:
         return SimpleNamespace(group_id=group, episode_id=group, policy_version=version, num_turns=1)
 
-    gen = RayLMGenerator(_cfg(max_policy_lag=1), RolloutConfig(), BandwidthEfficiencyTracker(), 1)
+    gen = RayLMGenerator(_cfg(max_policy_lag=1), BandwidthEfficiencyTracker(), 1)
     gen.version = 3
     calls = iter([RolloutBatch([traj(0, 3), traj(1, 0)], [], 2), RolloutBatch([traj(0, 3), traj(1, 3)], [], 2)])
     gen._launch = lambda rng, **kw: [(0, None)]
@@ -164,3 +163,18 @@ def test_batches_joined_after_a_drop_keep_their_groups_apart():
                                      update=1, held_out_seed_base=10))
     assert [t.group_id for t in batch.trajectories] == [0, 1, 2]
     assert batch.metrics["async/dropped_stale"] == 1.0 and batch.steps == 4
+
+
+def test_a_worker_reads_the_shipped_lm_config_itself():
+    """Ray ships the run's TrainingConfig alone; each worker's rollouts read its lm_config (no copied fields)."""
+    import pickle
+
+    from echo_rl.lm.ray_lm import LMRolloutActor
+
+    cfg = _cfg(**{"lm_config.temperature": 0.6, "lm_config.eval_temperature": 0.3,
+                  "lm_config.system_prompt": "''"})  # YAML's empty string: no system message
+    shipped = pickle.loads(pickle.dumps(cfg))
+    actor = LMRolloutActor(shipped)
+    gen = actor.generator
+    assert gen.lm_config is shipped.lm_config and gen.lm_config == cfg.lm_config and gen.task == cfg.env_name
+    assert gen.eval_config.temperature == 0.3 and gen.eval_config.system_prompt == ""

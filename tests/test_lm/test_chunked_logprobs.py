@@ -11,9 +11,9 @@ transformers = pytest.importorskip("transformers")
 
 import echo_rl.lm.learner as learner_mod  # noqa: E402
 from echo_rl.algorithms.token_logprobs import hidden_logprobs, sequence_logprobs  # noqa: E402
-from echo_rl.config import PlanningConfig  # noqa: E402
+from echo_rl.config import LMConfig, PlanningConfig  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
 from echo_rl.lm.plan import LMPlanner  # noqa: E402
 
 from echo_rl.lm.trajectory import TrajectoryBuilder  # noqa: E402
@@ -61,7 +61,8 @@ def _pair(tokenizer, monkeypatch, **cfg):
     if cfg.pop("plan", False):
         torch.manual_seed(1)
         planner = LMPlanner(model.config.hidden_size, PlanningConfig(), 2)
-    a = LMLearner(model, 0, LMLearnerConfig(chunk_tokens=5, **cfg), planner=planner,
+    lam = cfg.pop("lam")
+    a = LMLearner(model, 0, LMConfig(learning_rate=1e-5, learner_chunk_tokens=5, **cfg), lam=lam, planner=planner,
                   ref_model=copy.deepcopy(model) if cfg.get("kl_coef") else None)
     b = copy.deepcopy(a)
     return a, b
@@ -76,8 +77,8 @@ def _run(learner, monkeypatch, chunked, fn):
     return out, {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("cfg", [dict(lam=0.05), dict(lam=0.3, pg_temperature=0.7, kl_coef=0.1),
-                                 dict(objective="ppo-rlhf", lam=0.05, pg_temperature=0.8),
+@pytest.mark.parametrize("cfg", [dict(lam=0.05), dict(lam=0.3, temperature=0.7, kl_coef=0.1),
+                                 dict(objective="ppo-rlhf", lam=0.05, temperature=0.8),
                                  dict(lam=0.05, plan=True)])
 def test_chunked_update_equals_full_logits(chatml_tokenizer, monkeypatch, cfg):
     r = ChatRenderer(chatml_tokenizer)
@@ -111,12 +112,12 @@ def test_chunked_sft_and_held_out_ce_equal_full_logits(chatml_tokenizer, monkeyp
         torch.testing.assert_close(ga[n], gb[n], rtol=1e-4, atol=1e-6, msg=n)
 
 
-@pytest.mark.parametrize("cfg", [dict(lam=0.05, pg_temperature=0.7, kl_coef=0.1), dict(lam=0.05, plan=True)])
+@pytest.mark.parametrize("cfg", [dict(lam=0.05, temperature=0.7, kl_coef=0.1), dict(lam=0.05, plan=True)])
 def test_micro_batched_update_has_the_full_batch_loss_and_gradient(chatml_tokenizer, monkeypatch, cfg):
-    """token_budget=1: every trajectory is its own micro-batch; loss, metrics and gradients stay the same."""
+    """learner_token_budget=1: every trajectory is its own micro-batch; loss, metrics and gradients stay the same."""
     r = ChatRenderer(chatml_tokenizer)
     a, b = _pair(chatml_tokenizer, monkeypatch, **cfg)
-    b.config.token_budget = 1
+    b.config.learner_token_budget = 1
     rng = np.random.default_rng(0)
     trajs = [_traj(r, k, 0, **({"plan_eps": rng.normal(size=(2, a.planner.latent_dim)).astype(np.float32)}
                                if a.planner is not None else {})) for k in range(3)]

@@ -9,8 +9,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from echo_rl.config import ConfigError, TrainingConfig  # noqa: E402
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.config import ConfigError, LMConfig, TrainingConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 from tests.test_lm.test_loop import _cfg, checkpoint, save_checkpoint  # noqa: E402,F401
 
@@ -44,7 +44,7 @@ def test_bf16_logprobs_are_close_to_fp32_and_graded(checkpoint):
                            prompt_length=5, env_output_count=16)
     out = {}
     for dt in ("float32", "bfloat16"):
-        learner = LMLearner(model, 0, LMLearnerConfig(compute_dtype=dt))
+        learner = LMLearner(model, 0, LMConfig(compute_dtype=dt, learning_rate=1e-5))
         batch = collate([traj], 0)
         lp = learner._logprobs(model, [traj], batch, learner._needed(batch))[0][0]
         assert lp.dtype == torch.float32
@@ -56,8 +56,8 @@ def test_bf16_logprobs_are_close_to_fp32_and_graded(checkpoint):
 def test_bad_compute_dtype_is_one_line(checkpoint):
     with pytest.raises(ConfigError, match="compute_dtype"):
         TrainingConfig().with_overrides({"lm_config.compute_dtype": "float16"})
-    with pytest.raises(ValueError, match="compute_dtype='int8' is invalid"):
-        LMLearnerConfig(compute_dtype="int8")
+    with pytest.raises(ConfigError, match="compute_dtype='int8' is invalid"):
+        LMConfig(compute_dtype="int8")
 
 
 def test_sft_cache_is_not_shared_across_compute_dtypes(checkpoint, tmp_path):

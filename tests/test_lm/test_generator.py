@@ -10,13 +10,13 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from echo_rl.config import BandwidthConfig, ExecutionConfig, PlanningConfig  # noqa: E402
+from echo_rl.config import BandwidthConfig, ExecutionConfig, LMConfig, PlanningConfig  # noqa: E402
 from echo_rl.environments.minigrid import MiniGridEnvironment  # noqa: E402
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.lm.generator import LMGenerator, WeightUpdate  # noqa: E402
 from echo_rl.lm.plan import LMPlanner  # noqa: E402
-from echo_rl.lm.rollout import CandidateScorer, RolloutConfig  # noqa: E402
+from echo_rl.lm.rollout import CandidateScorer  # noqa: E402
 
 
 def _model(vocab):
@@ -35,7 +35,7 @@ def _planner():
 def _generator(chatml_tokenizer, mode="generate"):
     tracker = BandwidthEfficiencyTracker(BandwidthConfig())
     gen = LMGenerator(ExecutionConfig(), ChatRenderer(chatml_tokenizer),
-                      RolloutConfig(action_mode=mode, max_turns=2, max_new_tokens=4, temperature=1.0), 0.0,
+                      LMConfig(action_mode=mode, max_turns=2, max_new_tokens=4, temperature=1.0), None,
                       lambda held_out: MiniGridEnvironment(task_type="empty", max_steps=3), tracker)
     return gen, tracker
 

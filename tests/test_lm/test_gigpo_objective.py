@@ -12,10 +12,10 @@ transformers = pytest.importorskip("transformers")
 from echo_rl.algorithms.echo_loss import echo_loss_from_logprobs  # noqa: E402
 from echo_rl.algorithms.gigpo import gigpo_advantages, token_advantages  # noqa: E402
 from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
-from echo_rl.config import ConfigError  # noqa: E402
+from echo_rl.config import ConfigError, LMConfig  # noqa: E402
 from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 from test_loop import _cfg, _rows, save_checkpoint  # noqa: E402
@@ -37,8 +37,8 @@ def _trajs(r):
 def test_gigpo_step_equals_the_pure_functions_and_moves_weights(chatml_tokenizer, lam):
     r = ChatRenderer(chatml_tokenizer)
     trajs = _trajs(r)
-    cfg = LMLearnerConfig(objective="gigpo", lam=lam, learning_rate=1e-2, gigpo_gamma=0.9, gigpo_omega=0.7)
-    learner = LMLearner(_tiny_model(chatml_tokenizer), 0, cfg)
+    cfg = LMConfig(objective="gigpo", learning_rate=1e-2, gigpo_gamma=0.9, gigpo_omega=0.7)
+    learner = LMLearner(_tiny_model(chatml_tokenizer), 0, cfg, lam=lam)
     model0 = copy.deepcopy(learner.model)
 
     batch = collate(trajs, 0)
@@ -62,14 +62,14 @@ def test_omega_zero_is_grpo(chatml_tokenizer):
     r = ChatRenderer(chatml_tokenizer)
     losses = {}
     for name, extra in (("grpo", {}), ("gigpo", {"gigpo_omega": 0.0})):
-        learner = LMLearner(_tiny_model(chatml_tokenizer), 0, LMLearnerConfig(objective=name, **extra))
+        learner = LMLearner(_tiny_model(chatml_tokenizer), 0, LMConfig(objective=name, learning_rate=1e-5, **extra))
         losses[name] = learner.update(_trajs(r))["loss"]
     assert losses["gigpo"] == pytest.approx(losses["grpo"], rel=1e-6, abs=1e-8)
 
 
 def test_trajectories_without_anchor_states_are_one_clear_error(chatml_tokenizer):
     r = ChatRenderer(chatml_tokenizer)
-    learner = LMLearner(_tiny_model(chatml_tokenizer), 0, LMLearnerConfig(objective="gigpo"))
+    learner = LMLearner(_tiny_model(chatml_tokenizer), 0, LMConfig(objective="gigpo", learning_rate=1e-5))
     with pytest.raises(ValueError, match=r"objective='gigpo' needs info\['anchor_states'\] on trajectory 0: one "
                                          r"string per action turn \(2\); got NoneType"):
         learner.update([_traj(r, k, 0) for k in range(2)])
@@ -118,18 +118,19 @@ def test_the_rollout_records_each_turns_anchor_state(chatml_tokenizer, anchor):
     from echo_rl.engine.engine import AsyncExecutionEngine
     from echo_rl.environments.base import TextEnvironment
     from echo_rl.environments.minigrid import MiniGridEnvironment
-    from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig
+    from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker
     from echo_rl.lm.trajectory import observation_text
 
     renderer, model = ChatRenderer(chatml_tokenizer), _tiny_model(chatml_tokenizer).eval()
-    cfg = RolloutConfig(action_mode="choose", max_turns=3, temperature=0.0, anchor_state=anchor)
+    cfg = LMConfig(action_mode="choose", max_turns=3, temperature=0.0)
+    task = "minigrid" if anchor == "state_key" else None  # the registered task names its anchor state
 
     def env():
         return MiniGridEnvironment(task_type="empty", max_steps=3)
 
     async def run(e):
         async with AsyncExecutionEngine(ExecutionConfig(), model) as engine:
-            worker = LMRolloutWorker(engine, renderer, cfg, scorer=CandidateScorer(model))
+            worker = LMRolloutWorker(engine, renderer, cfg, task=task, scorer=CandidateScorer(model))
             return await worker.episode(e, seed=4)
 
     traj = asyncio.run(run(env()))

@@ -14,11 +14,11 @@ from echo_rl.algorithms.ppo_rlhf import ppo_rlhf_loss, rewards_at_turn_ends, rlh
 from echo_rl.algorithms.rlaif import AIJudge, mix_rewards  # noqa: E402
 from echo_rl.algorithms.token_logprobs import (action_mask, ce_mask, response_mask,  # noqa: E402
                                                sequence_logprobs)
-from echo_rl.config import ConfigError  # noqa: E402
+from echo_rl.config import ConfigError, LMConfig  # noqa: E402
 from echo_rl.models import ScriptedBackbone  # noqa: E402
 from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
 from echo_rl.training.trainer import EchoRLTrainer  # noqa: E402
 
 from test_loop import _cfg, _rows, save_checkpoint  # noqa: E402
@@ -34,9 +34,9 @@ def checkpoint(tmp_path, chatml_tokenizer):
 def test_ppo_rlhf_step_equals_the_pure_functions_and_moves_weights(chatml_tokenizer, level, lam, truncated):
     r = ChatRenderer(chatml_tokenizer)
     trajs = [_traj(r, k, 0, truncated=truncated) for k in range(3)]
-    cfg = LMLearnerConfig(objective="ppo-rlhf", gae_level=level, gamma=0.9, gae_lambda=0.8, lam=lam,
-                          learning_rate=1e-2, pg_temperature=0.7, vf_coef=0.5, value_clip=0.2)
-    learner = LMLearner(_tiny_model(chatml_tokenizer), 0, cfg)
+    cfg = LMConfig(objective="ppo-rlhf", gae_level=level, gamma=0.9, gae_lambda=0.8, learning_rate=1e-2,
+                   temperature=0.7, vf_coef=0.5, value_clip=0.2)
+    learner = LMLearner(_tiny_model(chatml_tokenizer), 0, cfg, lam=lam)
     torch.nn.init.normal_(learner.value_head.proj.weight, std=0.5)  # a non-trivial critic
     model0, head0 = copy.deepcopy(learner.model), copy.deepcopy(learner.value_head)
 
@@ -69,7 +69,7 @@ def test_ppo_rlhf_step_equals_the_pure_functions_and_moves_weights(chatml_tokeni
 
 def test_truncation_bootstraps_and_termination_does_not(chatml_tokenizer):
     r = ChatRenderer(chatml_tokenizer)
-    cfg = LMLearnerConfig(objective="ppo-rlhf", gae_level="turn", gamma=1.0, gae_lambda=1.0)
+    cfg = LMConfig(objective="ppo-rlhf", gae_level="turn", gamma=1.0, gae_lambda=1.0, learning_rate=1e-5)
     losses = {}
     for truncated in (False, True):
         learner = LMLearner(_tiny_model(chatml_tokenizer), 0, cfg)

@@ -65,6 +65,7 @@ def test_a_sample_drawn_stale_is_dropped_not_returned(chatml_tokenizer):
 def test_learner_accepts_replayed_advantages_and_weights(chatml_tokenizer):
     import transformers
 
+    from echo_rl.config import LMConfig
     from echo_rl.lm.learner import LMLearner
 
     r = ChatRenderer(chatml_tokenizer)
@@ -75,7 +76,7 @@ def test_learner_accepts_replayed_advantages_and_weights(chatml_tokenizer):
     cfg = transformers.LlamaConfig(vocab_size=len(chatml_tokenizer), hidden_size=16, intermediate_size=32,
                                    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                                    max_position_embeddings=512, pad_token_id=0)
-    learner = LMLearner(transformers.LlamaForCausalLM(cfg), pad_id=0)
+    learner = LMLearner(transformers.LlamaForCausalLM(cfg), pad_id=0, config=LMConfig(learning_rate=1e-5))
     m = learner.update(got, advantages=adv, weights=w)
     assert m["advantage_abs_mean"] == pytest.approx(float(np.abs(adv).mean()))
     with pytest.raises(ValueError, match="at most max_len=4 tokens"):

@@ -7,7 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from echo_rl.config import ReplayConfig  # noqa: E402
+from echo_rl.config import LMConfig, ReplayConfig  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.lm.learner import LMLearner  # noqa: E402
 from echo_rl.lm.replay import TrajectoryReplay  # noqa: E402
@@ -73,7 +73,8 @@ def test_unit_weights_and_group_advantages_give_the_on_policy_loss(chatml_tokeni
     r = ChatRenderer(chatml_tokenizer)
     trajs = [_traj(r, k, 0) for k in range(3)]
     adv = group_advantages(torch.tensor([t.total_reward for t in trajs]), torch.tensor([1, 1, 1]))
-    a, b = LMLearner(_tiny_model(chatml_tokenizer), 0), LMLearner(_tiny_model(chatml_tokenizer), 0)
+    cfg = LMConfig(learning_rate=1e-5)
+    a, b = LMLearner(_tiny_model(chatml_tokenizer), 0, cfg), LMLearner(_tiny_model(chatml_tokenizer), 0, cfg)
     ma = a.update(trajs)
     mb = b.update(trajs, advantages=adv.numpy(), weights=np.ones(3))
     assert ma["loss"] == mb["loss"] and ma["env_ce"] == mb["env_ce"]

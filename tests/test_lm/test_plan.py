@@ -11,16 +11,16 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
-from echo_rl.config import ExecutionConfig, PlanningConfig  # noqa: E402
+from echo_rl.config import ExecutionConfig, LMConfig, PlanningConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments.minigrid import MiniGridEnvironment  # noqa: E402
 from echo_rl.planning import PlanDistribution  # noqa: E402
 from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
 from echo_rl.lm.plan import (EpisodePlan, LMPlanner, observation_spans, plan_kl,  # noqa: E402
                                       planned_forward, turn_embeddings)
-from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig  # noqa: E402
+from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker  # noqa: E402
 from echo_rl.types import ACTION  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def _rollouts(tokenizer, model, planner, mode, seeds=(0, 1, 2)):
 
     renderer = ChatRenderer(tokenizer)
     engine_model, engine_planner = copy.deepcopy(model), copy.deepcopy(planner)
-    cfg = RolloutConfig(action_mode=mode, max_turns=3, max_new_tokens=5, temperature=1.0)
+    cfg = LMConfig(action_mode=mode, max_turns=3, max_new_tokens=5, temperature=1.0)
 
     async def run():
         async with AsyncExecutionEngine(ExecutionConfig(), engine_model) as engine:
@@ -139,7 +139,7 @@ def test_planner_trains_jointly_with_the_policy(chatml_tokenizer):
     trajs = _rollouts(chatml_tokenizer, model, planner, "generate", seeds=(0, 1, 2, 3))
     for i, t in enumerate(trajs):  # one group with distinct rewards -> non-zero advantages
         t.rewards[-1] = float(i)
-    learner = LMLearner(model, 0, LMLearnerConfig(learning_rate=1e-3, lam=0.05, plan_kl_weight=0.1), planner=planner)
+    learner = LMLearner(model, 0, LMConfig(learning_rate=1e-3), lam=0.05, planner=planner)
     before = {k: v.clone() for k, v in planner.state_dict().items()}
     m = learner.update(trajs)
     assert m["plan_kl"] >= 0 and m["plan_std"] > 0

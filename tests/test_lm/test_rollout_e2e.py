@@ -8,13 +8,13 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
-from echo_rl.config import ExecutionConfig  # noqa: E402
+from echo_rl.config import ExecutionConfig, LMConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments.minigrid import ACTION_WORDS, MiniGridEnvironment  # noqa: E402
 from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
-from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker, RolloutConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
+from echo_rl.lm.rollout import CandidateScorer, LMRolloutWorker  # noqa: E402
 from echo_rl.lm.sft import expert_trajectory  # noqa: E402
 from echo_rl.types import ACTION  # noqa: E402
 
@@ -42,13 +42,13 @@ def _env():
 
 def test_generate_mode_rollouts_train_and_sync(setup):
     renderer, learner_model, engine_model = setup
-    cfg = RolloutConfig(max_turns=3, max_new_tokens=6, temperature=1.0)
+    cfg = LMConfig(max_turns=3, max_new_tokens=6, temperature=1.0)
 
     async def run():
         async with AsyncExecutionEngine(ExecutionConfig(), engine_model) as engine:
             worker = LMRolloutWorker(engine, renderer, cfg)
             trajs = [await worker.episode(_env(), seed=s, group_id=0, episode_id=s) for s in range(3)]
-            learner = LMLearner(learner_model, pad_id=0, config=LMLearnerConfig(learning_rate=1e-3, lam=0.05))
+            learner = LMLearner(learner_model, pad_id=0, config=LMConfig(learning_rate=1e-3), lam=0.05)
             # behaviour log-probs (engine, at the rollout temperature) = the learner's teacher-forced ones
             batch = collate(trajs, 0)
             with torch.no_grad():
@@ -74,7 +74,7 @@ def test_generate_mode_rollouts_train_and_sync(setup):
 
 def test_choose_mode_picks_admissible_actions_with_their_logprobs(setup):
     renderer, learner_model, engine_model = setup
-    cfg = RolloutConfig(action_mode="choose", max_turns=2, temperature=0.0)
+    cfg = LMConfig(action_mode="choose", max_turns=2, temperature=0.0)
 
     async def run():
         async with AsyncExecutionEngine(ExecutionConfig(), engine_model) as engine:
@@ -100,7 +100,7 @@ def test_expert_sft_raises_action_likelihood(setup):
     assert all(d.info["source"] == "expert" for d in demos)
     assert all(a in ACTION_WORDS for d in demos for a in d.info["actions"])
     assert all(d.role_counts()["env_output"] > 0 for d in demos)
-    learner = LMLearner(learner_model, pad_id=0, config=LMLearnerConfig(learning_rate=1e-2))
+    learner = LMLearner(learner_model, pad_id=0, config=LMConfig(learning_rate=1e-2))
     first = learner.sft_update(demos)["sft_action_ce"]
     for _ in range(6):
         last = learner.sft_update(demos)["sft_action_ce"]

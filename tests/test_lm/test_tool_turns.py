@@ -15,14 +15,14 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
-from echo_rl.config import ExecutionConfig  # noqa: E402
+from echo_rl.config import ExecutionConfig, LMConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments import registry  # noqa: E402
 from echo_rl.environments.registry import task_format  # noqa: E402
 from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.lm.learner import LMLearner, LMLearnerConfig  # noqa: E402
-from echo_rl.lm.rollout import LMRolloutWorker, RolloutConfig  # noqa: E402
+from echo_rl.lm.learner import LMLearner  # noqa: E402
+from echo_rl.lm.rollout import LMRolloutWorker  # noqa: E402
 from echo_rl.lm.sft import expert_trajectory  # noqa: E402
 from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, WARNING  # noqa: E402
 from test_rollout_e2e import _model  # noqa: E402
@@ -101,7 +101,7 @@ def test_unparsable_reply_is_a_warning_and_never_a_command(notes_task):
 def _warm_start(tokenizer, model, task):
     renderer = ChatRenderer(tokenizer)
     demos = [expert_trajectory(NotesEnv(), renderer, seed=s, task=task, system="") for s in range(8)]
-    learner = LMLearner(model, pad_id=0, config=LMLearnerConfig(learning_rate=1e-2))
+    learner = LMLearner(model, pad_id=0, config=LMConfig(learning_rate=1e-2))
     for _ in range(STEPS):
         learner.sft_update(demos)
     model.eval()
@@ -138,8 +138,7 @@ def test_200_rollouts_train_on_exactly_the_sampled_and_rendered_tokens(notes_tas
     async def run():
         async with AsyncExecutionEngine(ExecutionConfig(), model) as engine:
             worker = LMRolloutWorker(Recording(engine), renderer,
-                                     RolloutConfig(max_turns=4, temperature=1.0, system_prompt="",
-                                                   task=notes_task))
+                                     LMConfig(max_turns=4, temperature=1.0, system_prompt=""), task=notes_task)
 
             async def one(i):
                 episode.set(i)

@@ -9,12 +9,12 @@ import pytest
 pytest.importorskip("transformers")
 
 from echo_rl.environments.arc import ARCConfig, ARCEnvironment  # noqa: E402
-from echo_rl.config import ConfigError  # noqa: E402
+from echo_rl.config import ConfigError, LMConfig  # noqa: E402
 from echo_rl.environments.registry import task_format  # noqa: E402
 from echo_rl.environments.reply_format import TaskFormat, tool_format  # noqa: E402
 from echo_rl.environments.tool_calls import BASH, TERMINAL_TOOLS  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
-from echo_rl.lm.rollout import LM_INTRO, LMRolloutWorker, RolloutConfig, stop_cut  # noqa: E402
+from echo_rl.lm.rollout import LM_INTRO, LMRolloutWorker, stop_cut  # noqa: E402
 from echo_rl.types import ACTION  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def test_arc_trains_on_the_whole_multiline_reply(tmp_path, chatml_tokenizer):
     sent = []
     step = env.step
     env.step = lambda action: sent.append(action) or step(action)
-    worker = LMRolloutWorker(engine, renderer, RolloutConfig(max_turns=2, task="arc"))
+    worker = LMRolloutWorker(engine, renderer, LMConfig(max_turns=2), task="arc")
     traj = asyncio.run(worker.episode(env, seed=0))
     assert sent == [grid] and traj.info["won"]  # every line reached the env, not the first
     (a, b), = traj.turn_spans()
@@ -70,7 +70,7 @@ def test_a_reply_is_cut_after_its_stop_string_and_the_rest_not_trained(chatml_to
     assert decode(ids[:keep]).startswith("take key 1\n") and "\n" not in decode(ids[:keep - 1])
     assert stop_cut(ids, ("zzz",), decode) == len(ids) and stop_cut(ids, (), decode) == len(ids)
     engine = ScriptedEngine([ids] * 3)
-    worker = LMRolloutWorker(engine, renderer, RolloutConfig(max_turns=1, task="minigrid"))
+    worker = LMRolloutWorker(engine, renderer, LMConfig(max_turns=1), task="minigrid")
     from echo_rl.environments.minigrid import MiniGridEnvironment
 
     traj = asyncio.run(worker.episode(MiniGridEnvironment(task_type="empty", max_steps=3), seed=0))

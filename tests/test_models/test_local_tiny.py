@@ -98,3 +98,40 @@ def test_bad_inputs(tiny, tmp_path):
         load_backbone("no/such/place-xyz")
     with pytest.raises(ConfigError, match="device"):
         load_backbone("tiny", device="tpu")
+
+
+def test_decoding_is_transformers_generate_with_the_models_own_logprobs(tiny, monkeypatch):
+    """No decode loop of our own: one ``generate`` call per reply; the log-probs are the model's (temperature 1)."""
+    import torch
+
+    calls = []
+    real = tiny.model.generate
+    monkeypatch.setattr(tiny.model, "generate", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    got = tiny.chat(MSGS, max_tokens=6, temperature=0.7, seed=11, logprobs=True, top_logprobs=3)
+    assert len(calls) == 1 and calls[0]["generation_config"].top_k == 0  # none of the checkpoint's defaults
+    prompt = tiny.chat_prompt_ids(MSGS)
+    with torch.no_grad():
+        logits = tiny.model(torch.tensor([prompt + got.token_ids])).logits[0, len(prompt) - 1:-1]
+    want = torch.log_softmax(logits.float(), -1)[torch.arange(len(got.token_ids)), got.token_ids]
+    assert [t.logprob for t in got.logprobs] == pytest.approx(want.tolist(), abs=1e-4)
+    assert len(got.logprobs[0].top) == 3 and got.logprobs[0].top[0][1] >= got.logprobs[0].logprob - 1e-6
+
+
+def test_a_seed_repeats_and_leaves_the_callers_rng_alone(tiny):
+    import torch
+
+    torch.manual_seed(2)
+    expected = torch.rand(3)
+    torch.manual_seed(2)
+    a = tiny.chat(MSGS, max_tokens=8, temperature=1.0, seed=9).token_ids
+    assert torch.equal(torch.rand(3), expected)
+    assert a == tiny.chat(MSGS, max_tokens=8, temperature=1.0, seed=9).token_ids
+
+
+def test_a_stop_string_is_matched_in_the_reply_only(tiny):
+    """The prompt ends in a newline: a reply whose first token is a newline has not yet said "\\n\\n"."""
+    greedy = tiny.chat(MSGS, max_tokens=6, temperature=0)
+    first = tiny.tokenizer.decode(greedy.token_ids[:1])
+    cut = tiny.chat(MSGS, max_tokens=6, temperature=0, stop=[first + first])
+    assert greedy.text.startswith(first + first) is (cut.finish_reason == "stop")
+    assert cut.text == greedy.text.split(first + first)[0]

@@ -22,6 +22,7 @@ from echo_rl.training.run_dir import RunDirectory
 from echo_rl.utils import jail as jail_mod
 from echo_rl.utils.jail import Jail, JailError, check_npz
 from echo_rl.utils.monitoring import JsonlLogger
+from tests.trained_run import trained_run_fixtures
 
 TINY = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", total_timesteps=256, num_actors=4, batch_size=128,
             evaluation_frequency=256, evaluation_episodes=2, save_frequency=128)
@@ -35,18 +36,7 @@ def _run_key_home(tmp_path, monkeypatch):
     monkeypatch.setenv("ECHO_RL_HOME", str(tmp_path / "home"))
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    run = tmp_path_factory.mktemp("trained") / "run"
-    asyncio.run(EchoRLTrainer(TrainingConfig(**TINY), run_dir=run, show_progress=False).train())
-    return run
-
-
-@pytest.fixture
-def run(trained, tmp_path):
-    dst = tmp_path / "run"
-    shutil.copytree(trained, dst, symlinks=True)
-    return dst
+trained, run = trained_run_fixtures(TINY, symlinks=True)
 
 
 def _resume(run, *extra, timeout=240):

@@ -1,6 +1,5 @@
 """Run directories hold no pickles, opening one never runs its code, and bad ones give one-line errors."""
 
-import asyncio
 import builtins
 import io
 import json
@@ -16,10 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from echo_rl import EchoRLTrainer, TrainingConfig
+from echo_rl import TrainingConfig
 from echo_rl.environments.minigrid_vector import make_vector_env, restore_vector_env, snapshot_vector_env
 from echo_rl.utils import state_codec
 from echo_rl.training.run_dir import CheckpointError, RunDirectory
+from tests.trained_run import trained_run_fixtures
 
 TINY = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", total_timesteps=512, num_actors=4, batch_size=128,
             evaluation_frequency=512, evaluation_episodes=2, save_frequency=128)
@@ -31,18 +31,7 @@ def _run_key_home(tmp_path, monkeypatch):
     monkeypatch.setenv("ECHO_RL_HOME", str(tmp_path / "home"))  # never the user's real run key
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    run = tmp_path_factory.mktemp("trained") / "run"
-    asyncio.run(EchoRLTrainer(TrainingConfig(**TINY), run_dir=run, show_progress=False).train())
-    return run
-
-
-@pytest.fixture
-def run(trained, tmp_path):
-    dst = tmp_path / "run"
-    shutil.copytree(trained, dst)
-    return dst
+trained, run = trained_run_fixtures(TINY)
 
 
 def _cli(*args, home=None):

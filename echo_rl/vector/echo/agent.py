@@ -76,13 +76,7 @@ class EchoAgent(ModularAgent, VectorAgentBase):
         self.actor = EchoActor(self.model, self.num_envs, self.generator)
         self.collector = VectorRolloutCollector(envs, self.num_steps, actor_seeds(config.seed, self.num_envs),
                                                 extras=rollout_fields(self.model), next_observations=True)
-        self.env_steps = 0
-        self.updates = 0
-        try:
-            self.init_parts()
-        except BaseException:
-            envs.close()
-            raise
+        self.init_parts()
 
     @staticmethod
     def _check_task(config: TrainingConfig, space) -> None:
