@@ -7,7 +7,11 @@ directory, checkpoints; a second invocation resumes unfinished runs and skips
 finished ones). The summary (``summary.md``, ``summary.json``, ``study.png``)
 gives, per arm and evaluation point (learner updates), the mean over seeds
 and a t-based 95% interval of held-out greedy success, held-out env-token CE
-and sampled training success, plus the paired (same seed) difference to GRPO.
+and sampled training success, plus the paired (same seed) difference to GRPO;
+and per arm the held-out successes pooled over seeds with Wilson intervals, the
+updates each seed took to reach ``--threshold``, GiGPO's share of steps that
+found an anchor group, and the seconds per update. Opt-in arms (``--arms``):
+replay, PPO-RLHF, GiGPO and GiGPO + ECHO.
 """
 
 from __future__ import annotations
