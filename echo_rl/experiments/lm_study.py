@@ -7,7 +7,11 @@ directory, checkpoints; a second invocation resumes unfinished runs and skips
 finished ones). The summary (``summary.md``, ``summary.json``, ``study.png``)
 gives, per arm and evaluation point (learner updates), the mean over seeds
 and a t-based 95% interval of held-out greedy success, held-out env-token CE
-and sampled training success, plus the paired (same seed) difference to GRPO.
+and sampled training success, plus the paired (same seed) difference to GRPO;
+and per arm the held-out successes pooled over seeds with Wilson intervals, the
+updates each seed took to reach ``--threshold``, GiGPO's share of steps that
+found an anchor group, and the seconds per update. Opt-in arms (``--arms``):
+replay, PPO-RLHF, GiGPO and GiGPO + ECHO.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from echo_rl.config import TrainingConfig
-from echo_rl.utils.statistics import t_interval
+from echo_rl.config import ConfigError, TrainingConfig, parse_override
+from echo_rl.config.base import load_yaml_text
+from echo_rl.utils.statistics import t_interval, wilson_interval
 
 # arm -> TrainingConfig overrides; GRPO is --agent ppo on a text task (λ = 0, no plan)
 ARMS: dict[str, dict] = {
@@ -39,6 +44,9 @@ ARMS: dict[str, dict] = {
 EXTRA_ARMS: dict[str, dict] = {
     "grpo+replay": {"agent": "ppo", "lm_config.replay_updates": 2, "lm_config.max_staleness": 6},
     "ppo-rlhf": {"agent": "ppo", "lm_config.objective": "ppo-rlhf"},
+    "gigpo": {"agent": "ppo", "lm_config.objective": "gigpo"},
+    "gigpo+echo": {"agent": "echo-rl", "echo_config.latent_plan": False, "lm_config.objective": "gigpo",
+                   "lm_config.env_loss_coef": 0.05},
 }
 BASELINE = "grpo"
 METRICS = ("success", "heldout_env_ce", "train_success")
@@ -55,7 +63,16 @@ def base_config(args: argparse.Namespace, out: Path) -> dict:
             "lm_config.max_turns": args.max_steps, "lm_config.sft_episodes": args.sft_episodes,
             "lm_config.sft_steps": args.sft_steps, "lm_config.sft_cache_dir": str(out / "sft_cache"),
             "lm_config.heldout_pool": args.heldout_pool, "lm_config.max_updates": args.updates,
-            "lm_config.eval_every_updates": args.eval_every}
+            "lm_config.eval_every_updates": args.eval_every, **extra_settings(getattr(args, "set", ()))}
+
+
+def extra_settings(pairs: list[str]) -> dict:
+    """``--set field=value`` pairs (values read as YAML), shared by every arm; arms still set their own fields."""
+    out = {}
+    for text in pairs:
+        key, value = parse_override(text)
+        out[key] = load_yaml_text(value, f"--set {key}")
+    return out
 
 
 def run_config(args: argparse.Namespace, out: Path, arm: str, seed: int) -> TrainingConfig:
@@ -150,6 +167,63 @@ def summarize(out: Path, arms: list[str], seeds: list[int]) -> dict:
     return table
 
 
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def pooled(out: Path, arms: list[str], seeds: list[int], threshold: float) -> dict:
+    """Per arm: held-out successes pooled over seeds at each evaluation (count, episodes, Wilson 95% interval),
+    the first evaluated update whose success reaches ``threshold`` per seed (None: never), the mean share of
+    training steps that found an anchor group (GiGPO's ``lm/gigpo_anchored_share``; None for other objectives)
+    and the mean seconds per update (learner step; rollouts + learner step)."""
+    res: dict = {}
+    for arm in arms:
+        evals: dict[int, list[int]] = {}
+        reached: dict[int, int | None] = {}
+        share, update_s, step_s = [], [], []
+        for seed in seeds:
+            run = out / f"{arm}-seed{seed}"
+            rows = _jsonl(run / "metrics.jsonl")
+            if not rows:
+                continue
+            reached[seed] = None
+            for r in rows:
+                if r.get("eval/success_rate") is not None:
+                    u, n = int(r.get("train/updates", 0)), int(r.get("eval/episodes", 0))
+                    cell = evals.setdefault(u, [0, 0])
+                    cell[0] += round(r["eval/success_rate"] * n)
+                    cell[1] += n
+                    if reached[seed] is None and r["eval/success_rate"] >= threshold:
+                        reached[seed] = u
+                if r.get("lm/gigpo_anchored_share") is not None:
+                    share.append(r["lm/gigpo_anchored_share"])
+            for t in _jsonl(run / "timings.jsonl"):
+                if t.get("time/update_s") is not None:
+                    update_s.append(t["time/update_s"])
+                    step_s.append(t["time/update_s"] + t.get("time/rollout_s", 0.0))
+        res[arm] = {"success": {u: (k, n, *wilson_interval(k, n)) for u, (k, n) in sorted(evals.items()) if n},
+                    "updates_to_threshold": reached, "threshold": threshold,
+                    "anchored_share": float(np.mean(share)) if share else None,
+                    "update_s": float(np.mean(update_s)) if update_s else None,
+                    "step_s": float(np.mean(step_s)) if step_s else None}
+    return res
+
+
+def _pooled_lines(pool: dict) -> list[str]:
+    lines = ["", "Pooled over seeds (Wilson 95% intervals):", "",
+             "| arm | update | held-out successes | rate [95% CI] | updates to threshold (per seed) | "
+             "anchored steps | s per learner update | s per update (rollouts + learner) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for arm, p in pool.items():
+        reach = ", ".join("—" if u is None else str(u) for u in p["updates_to_threshold"].values())
+        fmt = {k: ("" if p[k] is None else f"{p[k]:.{d}f}") for k, d in
+               (("anchored_share", 2), ("update_s", 1), ("step_s", 1))}
+        for u, (k, n, lo, hi) in p["success"].items():
+            lines.append(f"| {arm} | {u} | {k}/{n} | {k / n:.2f} [{lo:.2f}, {hi:.2f}] | {reach} (≥ {p['threshold']}) "
+                         f"| {fmt['anchored_share']} | {fmt['update_s']} | {fmt['step_s']} |")
+    return lines
+
+
 def _fmt(cell: dict, m: str) -> str:
     if m not in cell:
         return ""
@@ -157,8 +231,8 @@ def _fmt(cell: dict, m: str) -> str:
     return f"{mean:.3f}" + ("" if math.isnan(half) else f" ± {half:.3f}")
 
 
-def write_summary(out: Path, table: dict, config: dict) -> None:
-    (out / "summary.json").write_text(json.dumps({"config": config, "table": table}, indent=1))
+def write_summary(out: Path, table: dict, config: dict, pool: dict | None = None) -> None:
+    (out / "summary.json").write_text(json.dumps({"config": config, "table": table, "pooled": pool}, indent=1))
     lines = [f"Config: `{json.dumps(config)}`", "",
              "| arm | update | held-out success | Δ vs GRPO (paired) | held-out env CE (nats/token) | "
              "Δ vs GRPO (paired) | train success (sampled) | seeds |", "|---|---|---|---|---|---|---|---|"]
@@ -169,6 +243,8 @@ def write_summary(out: Path, table: dict, config: dict) -> None:
             lines.append(f"| {arm} | {u} | {_fmt(c, 'success')} | {_fmt(c, 'd_success')} | "
                          f"{_fmt(c, 'heldout_env_ce')} | {_fmt(c, 'd_heldout_env_ce')} | "
                          f"{_fmt(c, 'train_success')} | {c['success'][2]} |")
+    if pool:
+        lines += _pooled_lines(pool)
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
@@ -226,20 +302,31 @@ def main(argv: list[str] | None = None) -> int:
                    help="held-out evaluation (0: greedy); sampled evaluations use fixed per-episode seeds")
     p.add_argument("--sft-episodes", type=int, default=8)
     p.add_argument("--sft-steps", type=int, default=30)
+    p.add_argument("--threshold", type=float, default=0.8,
+                   help="held-out success that counts as reached (the summary's updates to threshold)")
+    p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],
+                   help="any other TrainingConfig field for every arm, e.g. --set lm_config.compute_dtype=bfloat16")
     p.add_argument("--extend-from", metavar="DIR", help="continue the finished runs of an earlier study in DIR "
                                                         "(copied into --out) up to --updates")
     p.add_argument("--summarize-only", action="store_true", help="only rebuild summary.md/json and study.png")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = {**base_config(args, out), "arms": {a: {**ARMS, **EXTRA_ARMS}[a] for a in args.arms}, "seeds": args.seeds}
+    try:  # a bad --set (unknown field, wrong type) is one line before any run starts
+        config = {**base_config(args, out), "arms": {a: {**ARMS, **EXTRA_ARMS}[a] for a in args.arms},
+                  "seeds": args.seeds}
+        for arm in args.arms:
+            run_config(args, out, arm, args.seeds[0])
+    except ConfigError as exc:
+        print(f"lm_study: {exc}", file=sys.stderr)
+        return 2
     if not args.summarize_only:
         jobs = [(a, s) for s in args.seeds for a in args.arms]  # seeds outermost: partial studies compare arms
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for line in pool.map(lambda job: run_one(args, out, *job), jobs):
                 print(line, flush=True)
     table = summarize(out, args.arms, args.seeds)
-    write_summary(out, table, config)
+    write_summary(out, table, config, pooled(out, args.arms, args.seeds, args.threshold))
     plot(out, table)
     print((out / "summary.md").read_text())
     return 0

@@ -81,6 +81,14 @@ def test_timeout_and_exit_restart_the_shell_but_keep_files(shell):
     assert shell.run("echo back").output == "back\n"
 
 
+def test_each_result_names_the_working_directory_on_one_line(shell):
+    assert shell.run("true").cwd == "/app" and shell.run("mkdir -p d/e; cd d/e").cwd == "/app/d/e"
+    odd = shell.run("cd /app; mkdir \"$(printf 'x\\ny')\"; cd x*")  # a newline in a name: quoted, one line
+    assert odd.cwd == "$'/app/x\\ny'" and odd.exit_code == 0 and odd.output == ""
+    assert shell.run("echo next").output == "next\n"  # the status line was read whole: nothing leaks
+    assert shell.run("sleep 20").cwd == "/app" and shell.last_cwd == "/app"  # a restarted shell starts over
+
+
 def test_generator_has_levels_splits_and_held_out_templates():
     assert len(TEMPLATES) >= 8 and {lvl for lvl, _ in TEMPLATES.values()} == {1, 2, 3}
     train, test = task_keys("train"), task_keys("test")
@@ -115,6 +123,22 @@ def test_episode_contract_warning_output_submit_and_verifier(sandbox_ok):
     assert term and reward == 0.0 and not info["won"] and info["verifier"]["detail"] == "test.sh exited 1"
     assert env.step("<bash>ls</bash>")[2]  # over: a warning, nothing runs
     assert env._episode_dir is None  # the episode's directory is gone
+    env.close()
+
+
+def test_the_anchor_state_is_the_working_directory_and_the_last_output(sandbox_ok):
+    assert task_spec("terminal").anchor_state == "state_key" == task_spec("intercode_bash").anchor_state
+    env = TerminalEnvironment(tasks=[build_task("write_line", 0)])
+    _, info = env.reset(seed=0)
+    start = info["state_key"]
+    assert start == "cwd=/app\n"
+    keys = [env.step(a)[4]["state_key"] for a in ("<bash>mkdir -p a b</bash>", "<bash>cd a</bash>", "oops",
+                                                  "<bash>cd ../b</bash>", "<bash>cd ..</bash>")]
+    assert keys[0] == start  # no output, same directory: the same state, though the text says nothing new
+    assert keys[1] == keys[2] == "cwd=/app/a\n"  # a bad tool call changes no state
+    assert keys[3] == "cwd=/app/b\n" != keys[1] and keys[4] == start
+    assert env.step("<bash>echo hi</bash>")[4]["state_key"] == "cwd=/app\nhi\n"
+    assert isinstance(env.step("<submit></submit>")[4]["state_key"], str)  # the last step has one too
     env.close()
 
 

@@ -56,6 +56,42 @@ def test_arms_are_real_training_configs(tmp_path):
     assert cfgs["grpo"].lm_config.eval_temperature == 0.7 and cfgs["grpo"].lm_config.action_mode == "choose"
     assert cfgs["grpo+replay"].lm_config.replay_updates == 2 and cfgs["grpo"].lm_config.replay_updates == 0
     assert cfgs["ppo-rlhf"].lm_config.objective == "ppo-rlhf" and cfgs["ppo-rlhf"].agent == "ppo"
+    assert cfgs["gigpo"].lm_config.objective == "gigpo" and cfgs["gigpo"].agent == "ppo"
+    both = cfgs["gigpo+echo"]
+    assert both.lm_config.objective == "gigpo" and both.lm_config.env_loss_coef == 0.05 and both.agent == "echo-rl"
+    args.set = ["lm_config.compute_dtype=bfloat16", "lm_config.sft_steps=4"]  # --set: every arm, typed from YAML
+    cfg = run_config(args, tmp_path, "gigpo", 0)
+    assert cfg.lm_config.compute_dtype == "bfloat16" and cfg.lm_config.sft_steps == 4
+
+
+def test_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--set", "lm_config.no_such_field=1", "--summarize-only"]) == 2
+    assert main(["--out", str(tmp_path), "--set", "lm_config.sft_steps", "--summarize-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no_such_field" in err[0] and "field.path=value" in err[1]
+
+
+def test_pooled_wilson_threshold_anchor_share_and_time(tmp_path):
+    from echo_rl.experiments.lm_study import pooled
+
+    for seed, (first, last) in enumerate([(0.25, 0.75), (0.5, 0.5)]):
+        _write(tmp_path, "gigpo", seed, [
+            {"train/updates": 0.0, "eval/success_rate": first, "eval/episodes": 8.0},
+            {"train/updates": 1.0, "episode/success_rate": 0.5, "lm/gigpo_anchored_share": 0.2 + 0.4 * seed},
+            {"train/updates": 2.0, "eval/success_rate": last, "eval/episodes": 8.0}])
+        (tmp_path / f"gigpo-seed{seed}" / "timings.jsonl").write_text(
+            json.dumps({"step": 4, "time/update_s": 2.0 + seed, "time/rollout_s": 1.0}) + "\n")
+    _write(tmp_path, "grpo", 0, [{"train/updates": 0.0, "eval/success_rate": 0.25, "eval/episodes": 8.0}])
+    pool = pooled(tmp_path, ["gigpo", "grpo"], [0, 1], threshold=0.6)
+    g = pool["gigpo"]
+    assert g["success"][0][:2] == (6, 16) and g["success"][2][:2] == (10, 16)
+    assert g["success"][2][2:] == pytest.approx((0.3864, 0.8152), abs=1e-3)  # Wilson, 10/16: 0.601 ± 0.214
+    assert g["updates_to_threshold"] == {0: 2, 1: None}  # seed 1 never reaches 0.6
+    assert g["anchored_share"] == pytest.approx(0.4) and (g["update_s"], g["step_s"]) == (2.5, 3.5)
+    assert pool["grpo"]["anchored_share"] is None and pool["grpo"]["updates_to_threshold"] == {0: None}
+    write_summary(tmp_path, summarize(tmp_path, ["gigpo"], [0, 1]), {}, pool)
+    md = (tmp_path / "summary.md").read_text()
+    assert "| gigpo | 2 | 10/16 | 0.62 [0.39, 0.82] | 2, — (≥ 0.6) | 0.40 | 2.5 | 3.5 |" in md
 
 
 def test_summarize_only_cli(tmp_path, capsys):

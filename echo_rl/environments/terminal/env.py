@@ -79,6 +79,7 @@ class TerminalEnvironment(TextEnvironment):
         self._bash_steps = 0
         self._command_seconds = 0.0
         self._last_result_output = ""
+        self._cwd = ""  # the shell's working directory after the last command (ShellResult.cwd)
         self._expert_cache: dict[int, list[str]] = {}
         self.last_verdict: Verdict | None = None
         self._finalizer = weakref.finalize(self, TerminalEnvironment._cleanup, [None, None])
@@ -101,6 +102,11 @@ class TerminalEnvironment(TextEnvironment):
     def _task_id(self) -> str:
         return self._task.name if self._task is not None else str(self._task_index)
 
+    def _state_key(self) -> str:
+        """The working directory and the last command's output: the instruction alone is the same text at every
+        step, and one command's output can follow from different directories (GiGPO's anchor state)."""
+        return f"cwd={self._cwd}\n{self._last_result_output}"
+
     def _reset_task(self, index: int, options: dict) -> list:
         self._end_episode()
         task = self.tasks[index]
@@ -108,6 +114,7 @@ class TerminalEnvironment(TextEnvironment):
             task = with_limits(task, command_timeout=self.config.command_timeout)
         self._task, self._bash_steps, self._command_seconds, self.last_verdict = task, 0, 0.0, None
         self._last_result_output = ""  # the last command's output, as the shell gave it (InterCode scores it)
+        self._cwd = task.start_dir
         self.max_steps = min(self.config.max_steps, task.max_turns)
         root = self.config.work_root or tempfile.gettempdir()
         os.makedirs(root, exist_ok=True)
@@ -152,7 +159,7 @@ class TerminalEnvironment(TextEnvironment):
         start = time.monotonic()
         result = self._session.run(command)
         self._command_seconds += time.monotonic() - start
-        self._last_result_output = result.output
+        self._last_result_output, self._cwd = result.output, result.cwd
         text = result.output
         if result.exit_code not in (0, None):
             text += ("" if not text or text.endswith("\n") else "\n") + f"[exit code {result.exit_code}]"
@@ -231,7 +238,7 @@ TERMINAL_FORMAT = tool_format(
 
 registry.register_text_env(
     "terminal", lambda **kw: TerminalEnvironment(TerminalConfig(**kw)), train_config={"split": "train"},
-    eval_config={"split": "test"}, reply_format=TERMINAL_FORMAT,
+    eval_config={"split": "test"}, reply_format=TERMINAL_FORMAT, anchor_state="state_key",
     description="Terminal tasks: shell commands in a bubblewrap sandbox, scored by a verifier (generated or "
                 "Harbor-layout task directories)",
     data="none for generated tasks (needs bubblewrap); task_dir=... for Harbor-layout task directories")

@@ -253,8 +253,8 @@ class InterCodeBashEnvironment(TerminalEnvironment):
 
 registry.register_text_env(
     "intercode_bash", lambda **kw: InterCodeBashEnvironment(InterCodeConfig(**kw)),
-    reply_format=TERMINAL_FORMAT, description="InterCode-Bash (NL2Bash queries, file systems 1, 2, 4) with "
-    "upstream's reward, in the sandboxed shell",
+    reply_format=TERMINAL_FORMAT, anchor_state="state_key",
+    description="InterCode-Bash (NL2Bash queries, file systems 1, 2, 4) with upstream's reward, in the sandboxed shell",
     data="intercode_bash/: ../shared/data/intercode_bash (or $ECHO_RL_INTERCODE_BASH_DIR); needs bubblewrap")
 
 __all__ = ["InterCodeBashEnvironment", "InterCodeConfig", "intercode_reward", "tfidf_similarity", "snapshot",

@@ -20,7 +20,7 @@ checks), adapted to a shell that must run real programs:
 
 :class:`ShellSession` keeps one bash alive: commands are sent on its stdin,
 NUL-terminated after a fresh random tag, and bash ``eval``s each one (stdin
-``/dev/null``) and prints ``\\n<tag> <exit status>``, so ``cd``, variables and
+``/dev/null``) and prints ``\\n<tag> <exit status> <$PWD, %q-quoted>``, so ``cd``, variables and
 background jobs persist between commands while each command's output and status
 are delimited exactly. A command that passes its wall-clock timeout, floods
 more than ``output_bytes``, or exits the shell is stopped by killing the whole
@@ -53,7 +53,7 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 CUT_MARKER = "\n[... output cut: {cut} more bytes; at most {limit} characters are shown]"
 CD = 'cd -- "$1" || exit 111; shift; '
 LOOP = CD + ("while IFS= read -r -d '' __echo_tag && IFS= read -r -d '' __echo_cmd; do "
-        "eval \"$__echo_cmd\" </dev/null; builtin printf '\\n%s %d\\n' \"$__echo_tag\" \"$?\"; done")
+        "eval \"$__echo_cmd\" </dev/null; builtin printf '\\n%s %d %q\\n' \"$__echo_tag\" \"$?\" \"$PWD\"; done")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class ShellResult:
     timed_out: bool = False
     flooded: bool = False
     restarted: bool = False
+    cwd: str = ""  # the shell's working directory after the command ($PWD, shell-quoted if it needs quoting)
 
 
 def episode_uid() -> int:
@@ -268,6 +269,7 @@ class ShellSession:
         self.limits, self.env = limits, dict(env or {})
         self.uid = episode_uid() if uid is None else uid
         self.binds = [(self.workdir, mount, True), *extra_binds]
+        self.last_cwd = self.cwd  # where the next command runs (a restarted shell starts in cwd again)
         self._box: _Sandbox | None = None
 
     def start(self) -> "ShellSession":
@@ -302,8 +304,10 @@ class ShellSession:
         raw, extra, why = _read_until(box.proc.stdout.fileno(), deadline, self.limits.output_bytes, done)
         if why == "done":
             i = raw.rfind(sentinel)
-            code = int(raw[i + len(sentinel):].split(b"\n", 1)[0] or b"-1")
-            return ShellResult(clean_output(raw[:i], 0, self.limits.output_chars), code)
+            status, _, cwd = raw[i + len(sentinel):].split(b"\n", 1)[0].partition(b" ")
+            self.last_cwd = cwd.decode("utf-8", "backslashreplace")  # %q: one line, whatever the name holds
+            return ShellResult(clean_output(raw[:i], 0, self.limits.output_chars), int(status or b"-1"),
+                               cwd=self.last_cwd)
         self._restart()
         note = {"timeout": f"the command timed out after {timeout or self.limits.command_timeout:g} s",
                 "flood": f"the command printed more than {self.limits.output_bytes} bytes and was stopped",
@@ -311,11 +315,13 @@ class ShellSession:
         text = clean_output(raw, extra, self.limits.output_chars)
         text += ("" if not text or text.endswith("\n") else "\n") + \
             f"[{note}; a new shell started in {self.cwd}: files are kept, variables and background jobs are not]"
-        return ShellResult(text, None, timed_out=why == "timeout", flooded=why == "flood", restarted=True)
+        return ShellResult(text, None, timed_out=why == "timeout", flooded=why == "flood", restarted=True,
+                           cwd=self.last_cwd)
 
     def _restart(self) -> None:
         self.close()
         self.start()
+        self.last_cwd = self.cwd
 
     def close(self) -> None:
         """Stop the shell and everything it started."""
