@@ -31,7 +31,7 @@ from echo_rl.prompting.base import (EpisodeResult, TextAgent, achat, alfworld_ex
                                  is_thought, match_admissible)
 from echo_rl.prompting.prompts import TaskFormat, extract_reply, task_format
 from echo_rl.config import ConfigError
-from echo_rl.environments.tool_calls import ToolCall, ToolCallError, render_text, restore_stop
+from echo_rl.environments.tool_calls import ToolCall, ToolCallError, parse_text, render_text, restore_stop
 from echo_rl.models.backbone import Backbone, Usage
 
 SYSTEM = {
@@ -79,6 +79,8 @@ class ReActAgent(TextAgent):
                 "\nHere is the task.\n" + obs
         elif self.few_shot == "auto":
             turns = fmt.example_turns(self.mode)
+            if native:
+                turns = native_example(turns, fmt.tools)
         elif self.few_shot not in (None, "none"):
             first = f"Here are examples.\n{self.few_shot}\nHere is the task.\n{obs}"
         return [{"role": "system", "content": system}, *turns, {"role": "user", "content": first}]
@@ -166,6 +168,33 @@ class ReActAgent(TextAgent):
         if self.multiline == fmt.multiline:
             return fmt.action(text), None
         return extract_reply(text, self.multiline), None
+
+
+def native_example(turns: list[dict], tools: tuple) -> list[dict]:
+    """The one-shot example in OpenAI's tool-call shape, as the episode itself will run: each tagged answer an
+    assistant ``tool_calls`` turn, the observation after it that call's ``tool`` result (an example must not
+    teach a tools-API model to write tags as text). A call the example does not answer (its last ``submit``)
+    gets the result ``OK.``, since the API requires one for every call."""
+    out: list[dict] = []
+    pending: str | None = None
+    for i, turn in enumerate(turns):
+        if turn["role"] == "assistant":
+            try:
+                call = parse_text(turn["content"], tools)
+            except ToolCallError:  # a thought: plain assistant text
+                out.append(turn)
+                continue
+            pending = f"call_example_{i}"
+            thought = turn["content"][:turn["content"].find(f"<{call.name}>")].strip()
+            out.append({"role": "assistant", "content": thought, "tool_calls": [call.to_openai(pending)]})
+        elif turn["role"] == "user" and pending is not None:
+            out.append({"role": "tool", "tool_call_id": pending, "content": turn["content"]})
+            pending = None
+        else:
+            out.append(turn)
+    if pending is not None:
+        out.append({"role": "tool", "tool_call_id": pending, "content": "OK."})
+    return out
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
