@@ -149,3 +149,13 @@ def test_a_local_model_runs_the_text_format_behind_the_engine(tiny):
             parse_text(text, TERMINAL_TOOLS)
         except ValueError as exc:
             assert answer.startswith(str(exc))
+
+
+def test_eval_cli_names_missing_benchmark_data_in_one_line(tmp_path, monkeypatch, capsys):
+    from echo_rl.cli import main
+
+    monkeypatch.setenv("ECHO_RL_INTERCODE_BASH_DIR", str(tmp_path / "absent"))
+    code = main(["eval", "--task", "intercode_bash", "--agent", "act", "--backbone", "expert", "--episodes", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "intercode_bash data not found at" in err and "ECHO_RL_INTERCODE_BASH_DIR" in err
