@@ -159,3 +159,29 @@ def test_eval_cli_names_missing_benchmark_data_in_one_line(tmp_path, monkeypatch
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "intercode_bash data not found at" in err and "ECHO_RL_INTERCODE_BASH_DIR" in err
+
+
+def test_the_baseline_script_plans_eval_cells_and_tabulates_them(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "terminal_baselines.py"
+    spec = importlib.util.spec_from_file_location("terminal_baselines", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--dry-run", "--output-dir", str(tmp_path), "--intercode-episodes", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8 and all(" eval --task " in ln and "--seed 0" in ln for ln in lines)
+    assert "--task intercode_bash --agent act --episodes 5" in lines[-1]
+    summary = {"agent": "act", "episodes": 4, "successes": 1, "avg_reward": 0.5, "errors": 0, "seconds": 3.0,
+               "per_episode": [{"task_id": f"t{i}", "turns": 2} for i in range(4)]}
+    (tmp_path / "intercode-act.json").write_text(json.dumps(summary))
+    plan = bench.cells((1, 1, 1), 4)
+    rows = [bench.row(n, label, bench.command(a, "m", tmp_path / f"{n}.json"), tmp_path / f"{n}.json")
+            for n, label, a in plan]
+    assert [r["status"] for r in rows].count("ok") == 1 and rows[-1]["ci95"][0] > 0.04
+    text = bench.table(rows, "m")
+    assert "| InterCode-Bash fs 1, 2, 4 | act | 1/4 = 25.0% | 4.6%-69.9% | 0.500 | 2.0 | 3 |" in text
+    assert "97/200 = 48.5%" in text
+    with pytest.raises(SystemExit):
+        bench.main(["--episodes-per-level", "1,2"])
