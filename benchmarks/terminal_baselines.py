@@ -43,7 +43,8 @@ def cells(episodes_per_level: tuple[int, int, int], intercode_episodes: int) -> 
                          "--set", f"level={level}"]))
     for method in METHODS:
         out.append((f"intercode-{method}", "InterCode-Bash fs 1, 2, 4",
-                    ["--task", "intercode_bash", "--agent", method, "--episodes", str(intercode_episodes)]))
+                    ["--task", "intercode_bash", "--agent", method, "--episodes", str(intercode_episodes),
+                     "--concurrency", "16"]))
     return out
 
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backbone", default="smollm2-135m")
     ap.add_argument("--episodes-per-level", default="16,8,8", help="generated test tasks per level 1,2,3")
-    ap.add_argument("--intercode-episodes", type=int, default=24, help="InterCode-Bash queries (140: all)")
+    ap.add_argument("--intercode-episodes", type=int, default=16, help="InterCode-Bash queries (140: all)")
     ap.add_argument("--output-dir", default="runs/terminal_baselines")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
