@@ -10,7 +10,8 @@ where a cell has fewer episodes than tasks, ``echo-rl eval`` plays a seeded
 sample of them (sorted), so the same command plays the same tasks anywhere.
 Generated tasks: the ``test`` split (held-out instances and the two held-out
 templates), one cell per level, with the task's own turn limit (6, 8, 12).
-InterCode-Bash: file systems 1, 2, 4 with upstream's 10 turns. Greedy decoding.
+InterCode-Bash: file systems 1, 2, 4 with upstream's 10 turns. Greedy decoding, the
+weights in bf16 by default (``--dtype``).
 The table (success with a 95% Wilson interval, mean reward, turns) goes to
 ``OUTPUT_DIR/table.md``, each row with its command.
 """
@@ -36,20 +37,20 @@ ANCHOR = "GPT-4 (InterCode, upstream's runs, 10 turns): 97/200 = 48.5% on fs 1-4
 def cells(episodes_per_level: tuple[int, int, int], intercode_episodes: int) -> list[tuple[str, str, list[str]]]:
     """(cell name, row label, ``echo-rl eval`` arguments) in the order they run."""
     out = []
-    for method in METHODS:
-        for level, n in zip((1, 2, 3), episodes_per_level):
+    for level, n in zip((1, 2, 3), episodes_per_level):
+        for method in METHODS:
             out.append((f"terminal-{method}-L{level}", f"terminal test, level {level}",
                         ["--task", "terminal", "--agent", method, "--episodes", str(n), "--set", "split=test",
                          "--set", f"level={level}"]))
     for method in METHODS:
         out.append((f"intercode-{method}", "InterCode-Bash fs 1, 2, 4",
                     ["--task", "intercode_bash", "--agent", method, "--episodes", str(intercode_episodes),
-                     "--concurrency", "16"]))
+                     "--concurrency", str(min(intercode_episodes, 24))]))
     return out
 
 
-def command(args: list[str], backbone: str, out: Path) -> list[str]:
-    return [*CLI, *args, "--backbone", backbone, "--seed", "0", "--output", str(out)]
+def command(args: list[str], backbone: str, out: Path, dtype: str = "auto") -> list[str]:
+    return [*CLI, *args, "--backbone", backbone, "--seed", "0", "--dtype", dtype, "--output", str(out)]
 
 
 def row(name: str, label: str, cmd: list[str], out: Path) -> dict:
@@ -65,8 +66,8 @@ def row(name: str, label: str, cmd: list[str], out: Path) -> dict:
             "command": shown, "status": "ok"}
 
 
-def table(rows: list[dict], backbone: str) -> str:
-    lines = [f"Backbone: {backbone}, greedy. {ANCHOR}.", "",
+def table(rows: list[dict], backbone: str, dtype: str = "auto") -> str:
+    lines = [f"Backbone: {backbone}, greedy, weights in {dtype}. {ANCHOR}.", "",
              "| task | method | success | 95% CI | mean reward | mean turns | wall s |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["status"] != "ok":
@@ -84,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backbone", default="smollm2-135m")
     ap.add_argument("--episodes-per-level", default="16,8,8", help="generated test tasks per level 1,2,3")
-    ap.add_argument("--intercode-episodes", type=int, default=16, help="InterCode-Bash queries (140: all)")
+    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="bfloat16",
+                    help="a local backbone's weights (bf16: ~3-5x faster on a CPU with avx512_bf16)")
+    ap.add_argument("--intercode-episodes", type=int, default=24, help="InterCode-Bash queries (140: all)")
     ap.add_argument("--output-dir", default="runs/terminal_baselines")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--episodes-per-level={args.episodes_per_level!r} / --intercode-episodes="
                  f"{args.intercode_episodes} are invalid: three positive integers, and a positive integer")
     out_dir = Path(args.output_dir)
-    plan = [(name, label, command(a, args.backbone, out_dir / f"{name}.json"))
+    plan = [(name, label, command(a, args.backbone, out_dir / f"{name}.json", args.dtype))
             for name, label, a in cells(per_level, args.intercode_episodes)]
     if args.dry_run:
         for _, _, cmd in plan:
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(out_dir / f"{name}.log", "w") as log:
                 subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
     rows = [row(name, label, cmd, out_dir / f"{name}.json") for name, label, cmd in plan]
-    text = table(rows, args.backbone)
+    text = table(rows, args.backbone, args.dtype)
     (out_dir / "table.md").write_text(text)
     (out_dir / "table.json").write_text(json.dumps(rows, indent=2))
     print(text)
