@@ -185,3 +185,47 @@ def test_the_baseline_script_plans_eval_cells_and_tabulates_them(tmp_path, capsy
     assert "97/200 = 48.5%" in text
     with pytest.raises(SystemExit):
         bench.main(["--episodes-per-level", "1,2"])
+
+
+# ChatML whose template names the tool role (as Qwen2.5's does): tool results in <tool_response> user turns
+TOOL_ROLE_TEMPLATE = (
+    "{%- for m in messages %}"
+    "{%- if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{%- endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template_has_tool_role", [True, False])
+def test_text_calls_answer_in_the_tool_role_where_the_template_has_one(tiny_path, template_has_tool_role):
+    """The task's observation role, as LM training sends it: ``tool`` where the local template names that role."""
+    from echo_rl.environments import registry
+    from echo_rl.models.local import LocalBackbone
+    from tests.tool_env import SPEC, NotesEnv
+
+    class Rendering(LocalBackbone):  # the real prompt rendering; the replies scripted
+        def chat(self, messages, **sampling):
+            self.prompts.append(self.render_chat(messages))
+            return Completion(next(self.replies), "stop", Usage(0, 0, 0.0, 1), "tiny")
+
+    registry.register_task(SPEC)
+    try:
+        backbone = Rendering(tiny_path, device="cpu", name="tiny")
+        if template_has_tool_role:
+            backbone.tokenizer.chat_template = TOOL_ROLE_TEMPLATE
+        env = NotesEnv()
+        env.reset(seed=3)
+        backbone.prompts, backbone.replies = [], iter(
+            ["think: look first", "<bash>ls", "cat it", f"<submit>{env.secret}</submit>"])
+        result = ReActAgent(backbone, task=SPEC.name, few_shot=None).run_episode(env, seed=3)
+    finally:
+        registry._TASKS.pop(SPEC.name, None)
+    assert result.success
+    last = backbone.prompts[-1]
+    listing = result.trajectory[4]["text"]  # the env's answer to <bash>ls</bash>
+    warning = result.trajectory[6]["text"]  # and to a reply without a call
+    assert "<|im_start|>user\nOK.<|im_end|>" in last  # the agent's own answer to a thought stays a user turn
+    if template_has_tool_role:
+        assert f"<tool_response>{listing}</tool_response>" in last and f"<tool_response>{warning}" in last
+    else:
+        assert f"<|im_start|>user\n{listing}<|im_end|>" in last and "<tool_response>" not in last
