@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes-per-level", default="16,8,8", help="generated test tasks per level 1,2,3")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="bfloat16",
                     help="a local backbone's weights (bf16: ~3-5x faster on a CPU with avx512_bf16)")
-    ap.add_argument("--intercode-episodes", type=int, default=24, help="InterCode-Bash queries (140: all)")
+    ap.add_argument("--intercode-episodes", type=int, default=12, help="InterCode-Bash queries (140: all)")
     ap.add_argument("--output-dir", default="runs/terminal_baselines")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
