@@ -84,7 +84,7 @@ def table(rows: list[dict], backbone: str, dtype: str = "auto") -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backbone", default="smollm2-135m")
-    ap.add_argument("--episodes-per-level", default="16,8,8", help="generated test tasks per level 1,2,3")
+    ap.add_argument("--episodes-per-level", default="16,4,4", help="generated test tasks per level 1,2,3")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="bfloat16",
                     help="a local backbone's weights (bf16: ~3-5x faster on a CPU with avx512_bf16)")
     ap.add_argument("--intercode-episodes", type=int, default=12, help="InterCode-Bash queries (140: all)")
