@@ -14,7 +14,8 @@ HELP = "evaluate a trained run's last checkpoint, or a prompting agent with a ba
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help="a training run directory: evaluate its last checkpoint")
-    p.add_argument("--task", help="text task for a prompting agent (alfworld, webshop, cruxeval, arc, minigrid)")
+    p.add_argument("--task", help="text task for a prompting agent (alfworld, webshop, cruxeval, arc, minigrid, terminal, "
+                   "intercode_bash, or a registered task)")
     p.add_argument("--agent", help="prompting agent for text tasks (react, act, tot)")
     p.add_argument("--backbone", help="backbone for text tasks: an API model name, a local path or a preset")
     p.add_argument("--episodes", type=int, default=None, help="episodes to run (default: the run's evaluation_episodes, or 10)")
@@ -53,11 +54,15 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("text-task evaluation needs --agent (react, act, tot) and --backbone")
         from echo_rl.prompting.runner import DEFAULT_CONCURRENCY, evaluate_text_agent  # scipy: loaded on first use
 
-        results = evaluate_text_agent(task=args.task, agent=args.agent, backbone=args.backbone,
-                                      episodes=args.episodes or 10, seed=args.seed or 0, max_steps=args.max_steps,
-                                      env_config=_env_options(args.set), output=args.output,
-                                      backbone_config={"dtype": args.dtype} if args.dtype else None,
-                                      concurrency=args.concurrency or DEFAULT_CONCURRENCY)
+        try:
+            results = evaluate_text_agent(task=args.task, agent=args.agent, backbone=args.backbone,
+                                          episodes=args.episodes or 10, seed=args.seed or 0,
+                                          max_steps=args.max_steps, env_config=_env_options(args.set),
+                                          output=args.output,
+                                          backbone_config={"dtype": args.dtype} if args.dtype else None,
+                                          concurrency=args.concurrency or DEFAULT_CONCURRENCY)
+        except FileNotFoundError as exc:  # a benchmark's data is missing: its message names the path and the fix
+            raise ConfigError(str(exc)) from None
         # the runner writes --output (+ trajectories)
     else:
         raise ConfigError("give --run-dir (a trained run) or --task with --agent and --backbone")

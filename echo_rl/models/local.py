@@ -156,7 +156,7 @@ class LocalBackbone(Backbone):
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"checkpoint {str(self.path)!r} has no chat template; use complete() for raw text")
         # the template came from the checkpoint directory: rendered under time/memory/size limits
-        return apply_chat_template(self.tokenizer, check_messages(messages),
+        return apply_chat_template(self.tokenizer, check_messages(messages, tools=True),
                                    add_generation_prompt=add_generation_prompt)
 
     def encode(self, text: str) -> list[int]:

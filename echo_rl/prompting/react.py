@@ -19,7 +19,10 @@ tool-use task the reply is a tool call: in the text format
 (``supports_tools``: API backbones), as ``tools=[...]`` in the request and
 ``tool_calls`` in the reply, with the observation sent back as a ``tool``
 message. Either way the env gets the call's canonical text; a reply without a
-valid call reaches the env as is and is answered with a warning.
+valid call reaches the env as is and is answered with a warning. In the text
+format the env's answers take the task's observation role, as LM training
+sends them: ``tool`` where a local model's chat template names that role,
+``user`` otherwise (and for the agent's own ``OK.`` after a thought).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from echo_rl.prompting.base import (EpisodeResult, TextAgent, achat, alfworld_ex
                                  is_thought, match_admissible)
 from echo_rl.prompting.prompts import TaskFormat, extract_reply, task_format
 from echo_rl.config import ConfigError
-from echo_rl.environments.tool_calls import ToolCall, ToolCallError, render_text, restore_stop
+from echo_rl.environments.tool_calls import ToolCall, ToolCallError, parse_text, render_text, restore_stop
 from echo_rl.models.backbone import Backbone, Usage
+from echo_rl.models.chat_template import template_has_tool_role
 
 SYSTEM = {
     "react": ("You are an agent solving a task in a text environment. Each reply is either a thought that starts "
@@ -79,6 +83,8 @@ class ReActAgent(TextAgent):
                 "\nHere is the task.\n" + obs
         elif self.few_shot == "auto":
             turns = fmt.example_turns(self.mode)
+            if native:
+                turns = native_example(turns, fmt.tools)
         elif self.few_shot not in (None, "none"):
             first = f"Here are examples.\n{self.few_shot}\nHere is the task.\n{obs}"
         return [{"role": "system", "content": system}, *turns, {"role": "user", "content": first}]
@@ -103,6 +109,9 @@ class ReActAgent(TextAgent):
         start = time.perf_counter()
         fmt = task_format(self.task, env)
         native = bool(fmt.tools) and getattr(self.backbone, "supports_tools", False)
+        # text calls: the env's replies take the task's observation role where the model's template has a tool
+        # role (as LM training sends them); native calls: each answers its call as a tool message
+        obs_role = "user" if native else fmt.chat_role(template_has_tool_role(chat_template_of(self.backbone)))
         stop = self._stop(fmt, native)
         tools = {"tools": [t.schema() for t in fmt.tools]} if native else {}
         obs, info = env.reset(seed=seed, options=options)
@@ -122,11 +131,12 @@ class ReActAgent(TextAgent):
                                 ToolCall.from_openai(reply.tool_calls[0], fmt.tools).to_openai(call_id)]})
             traj.append({"role": "agent", "text": line})
             if self.mode == "react" and is_thought(line):
-                feedback = "OK."
+                feedback, from_env = "OK.", False
             elif not line:
-                feedback = "Your reply was empty. Reply with one action" + \
-                    (" or a thought starting with 'think:'." if self.mode == "react" else ".")
+                feedback, from_env = "Your reply was empty. Reply with one action" + \
+                    (" or a thought starting with 'think:'." if self.mode == "react" else "."), False
             else:
+                from_env = True
                 action = line
                 if self.snap_to_admissible:
                     action = match_admissible(line, info.get("admissible_actions")) or line
@@ -138,6 +148,8 @@ class ReActAgent(TextAgent):
                 if terminated or truncated:
                     traj.append({"role": "env", "text": feedback})
                     break
+            if call_id is None and obs_role == "tool" and from_env:
+                call_id = f"call_{turns}"  # the template reads the role; the id only satisfies the message check
             messages.append({"role": "user", "content": feedback} if call_id is None else
                             {"role": "tool", "tool_call_id": call_id, "content": feedback})
             traj.append({"role": "env", "text": feedback})
@@ -166,6 +178,40 @@ class ReActAgent(TextAgent):
         if self.multiline == fmt.multiline:
             return fmt.action(text), None
         return extract_reply(text, self.multiline), None
+
+
+def chat_template_of(backbone: Backbone) -> str | None:
+    """A local checkpoint's chat template (through the engine or not); None for APIs and scripted backbones."""
+    tokenizer = getattr(getattr(backbone, "local", backbone), "tokenizer", None)
+    template = getattr(tokenizer, "chat_template", None)
+    return template if isinstance(template, str) else None
+
+
+def native_example(turns: list[dict], tools: tuple) -> list[dict]:
+    """The one-shot example in OpenAI's tool-call shape, as the episode itself will run: each tagged answer an
+    assistant ``tool_calls`` turn, the observation after it that call's ``tool`` result (an example must not
+    teach a tools-API model to write tags as text). A call the example does not answer (its last ``submit``)
+    gets the result ``OK.``, since the API requires one for every call."""
+    out: list[dict] = []
+    pending: str | None = None
+    for i, turn in enumerate(turns):
+        if turn["role"] == "assistant":
+            try:
+                call = parse_text(turn["content"], tools)
+            except ToolCallError:  # a thought: plain assistant text
+                out.append(turn)
+                continue
+            pending = f"call_example_{i}"
+            thought = turn["content"][:turn["content"].find(f"<{call.name}>")].strip()
+            out.append({"role": "assistant", "content": thought, "tool_calls": [call.to_openai(pending)]})
+        elif turn["role"] == "user" and pending is not None:
+            out.append({"role": "tool", "tool_call_id": pending, "content": turn["content"]})
+            pending = None
+        else:
+            out.append(turn)
+    if pending is not None:
+        out.append({"role": "tool", "tool_call_id": pending, "content": "OK."})
+    return out
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
