@@ -81,7 +81,9 @@ def extend(src: Path, run: Path, updates: int) -> bool:
     return True
 
 
-def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int) -> str:
+def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int, make_config=None) -> str:
+    """One (arm, seed) run as its own ``echo-rl train`` process; ``make_config(args, out, arm, seed)`` gives a
+    fresh run's TrainingConfig (default: this study's :func:`run_config`)."""
     run = out / f"{arm}-seed{seed}"
     if args.extend_from:
         extend(Path(args.extend_from), run, args.updates)
@@ -94,13 +96,21 @@ def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int) -> str:
         cmd.append("--resume")
     else:
         cfg_path = logs / f"{run.name}.yaml"
-        run_config(args, out, arm, seed).save_yaml(cfg_path)
+        (make_config or run_config)(args, out, arm, seed).save_yaml(cfg_path)
         cmd += ["--config", str(cfg_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     with open(logs / f"{run.name}.log", "a") as fh:
         rc = subprocess.call(["nice", "-n", str(args.nice), *cmd], stdout=fh, stderr=subprocess.STDOUT, env=env)
     return f"{run.name}: exit {rc} after {time.perf_counter() - t0:.0f} s"
+
+
+def run_all(args: argparse.Namespace, out: Path, make_config=None) -> None:
+    """Every (arm, seed) of ``args``, ``args.jobs`` at a time; seeds outermost, so a partial study compares arms."""
+    jobs = [(a, s) for s in args.seeds for a in args.arms]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for line in pool.map(lambda job: run_one(args, out, *job, make_config=make_config), jobs):
+            print(line, flush=True)
 
 
 def _per_seed(out: Path, arm: str, seed: int) -> dict[int, dict[str, float]]:
@@ -234,10 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     config = {**base_config(args, out), "arms": {a: {**ARMS, **EXTRA_ARMS}[a] for a in args.arms}, "seeds": args.seeds}
     if not args.summarize_only:
-        jobs = [(a, s) for s in args.seeds for a in args.arms]  # seeds outermost: partial studies compare arms
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for line in pool.map(lambda job: run_one(args, out, *job), jobs):
-                print(line, flush=True)
+        run_all(args, out)
     table = summarize(out, args.arms, args.seeds)
     write_summary(out, table, config)
     plot(out, table)

@@ -68,6 +68,36 @@ HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the
 EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
 
 
+def by_group(trajs: list) -> dict[str, list]:
+    """Trajectories by their task's group (``info["task_group"]``, e.g. the terminal tasks' level); ungrouped
+    ones are left out."""
+    groups: dict[str, list] = {}
+    for t in trajs:
+        if t.info.get("task_group") is not None:
+            groups.setdefault(str(t.info["task_group"]), []).append(t)
+    return dict(sorted(groups.items()))
+
+
+def episode_metrics(results: list) -> dict[str, float]:
+    """Success, reward, length and valid-action rate of evaluation episodes (failed ones are counted, not scored;
+    a fatal error is re-raised), and ``success_rate/<group>`` / ``episodes/<group>`` per task group."""
+    fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
+    if fatal:
+        raise fatal[0]
+    trajs = [r for r in results if not isinstance(r, Exception)]
+    if not trajs:  # one failed episode (an admission timeout on a loaded machine) must not end the run
+        raise RuntimeError(f"every one of {len(results)} evaluation episodes failed; first error: {results[0]!r}")
+    out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
+           "avg_reward": float(np.mean([t.total_reward for t in trajs])),
+           "avg_length": float(np.mean([t.num_turns for t in trajs])),
+           "valid_action_rate": valid_action_rate(trajs),
+           "episodes": float(len(trajs)), "failed": float(len(results) - len(trajs))}
+    for group, members in by_group(trajs).items():
+        out[f"success_rate/{group}"] = float(np.mean([t.info["won"] for t in members]))
+        out[f"episodes/{group}"] = float(len(members))
+    return out
+
+
 def _anchor_state(task: str) -> str:
     """What the task calls a step's state (GiGPO's anchor): its ``TaskSpec.anchor_state``, else the observation."""
     spec = find_task_spec(task)
@@ -93,6 +123,13 @@ class LMAgent(AgentBase):
         if (lm.sft_episodes and lm.sft_steps or lm.heldout_pool) and not getattr(probe, "has_expert", False):
             raise ConfigError(f"lm_config.sft_episodes / heldout_pool need expert demonstrations, which task "
                               f"{config.env_name!r} does not have: set both to 0")
+        if lm.sft_env_config and lm.sft_episodes and lm.sft_steps:
+            self.sft_env()  # bad options fail here, with the env's own message, not after the model loads
+        if lm.extra_eval_env:
+            extra = self.extra_eval_env()
+            if extra.num_tasks < 1:
+                raise ConfigError(f"lm_config.extra_eval_env={lm.extra_eval_env!r} has no tasks with "
+                                  f"extra_eval_env_config={lm.extra_eval_env_config!r}")
         if lm.lora_rank:  # adapters only: the base weights stay frozen (lora.py)
             from echo_rl.lm.lora import add_lora  # needed on this path only
             try:
@@ -128,6 +165,8 @@ class LMAgent(AgentBase):
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
         if config.backend == "ray":  # the same generator interface over Ray workers (lm/ray_lm.py)
+            if lm.extra_eval_env:
+                raise ConfigError("lm_config.extra_eval_env runs with backend=local only; clear it for Ray")
             from echo_rl.lm.ray_lm import RayLMGenerator, default_lm_workers  # needed on this path only
 
             self.generator: Any = RayLMGenerator(config, self.rollout_config, self.bandwidth,
@@ -162,6 +201,25 @@ class LMAgent(AgentBase):
     # -- lifecycle ------------------------------------------------------------------
     def env(self, held_out: bool) -> Any:
         return self._make_env(self.config.env_name, **env_kwargs(self.config, held_out))
+
+    def sft_env(self) -> Any:
+        """The expert's environment: the training one with ``lm_config.sft_env_config`` on top."""
+        return self._checked_env("sft_env_config", self.config.env_name, self.sft_env_kwargs())
+
+    def sft_env_kwargs(self) -> dict[str, Any]:
+        return {**env_kwargs(self.config, False), **self.config.lm_config.sft_env_config}
+
+    def extra_eval_env(self) -> Any:
+        lm = self.config.lm_config
+        return self._checked_env("extra_eval_env_config", lm.extra_eval_env, lm.extra_eval_env_config)
+
+    def _checked_env(self, field: str, name: str, kwargs: dict) -> Any:
+        """``make_env``, with an option the task does not take reported as ``lm_config.<field>``'s error."""
+        try:
+            return self._make_env(name, **kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"lm_config.{field}={getattr(self.config.lm_config, field)!r} is invalid for task "
+                              f"{name!r}: {exc}") from None
 
     @property
     def engine(self) -> Any:
@@ -265,24 +323,31 @@ class LMAgent(AgentBase):
                                        f"{min(concurrency, episodes)} at a time")
             results = await self.generator.evaluation_episodes(
                 [HELD_OUT_SEED_BASE + i for i in range(episodes)], concurrency, on_done=done.advance)
+            extra = await self._extra_evaluation(concurrency) if own or self.updates == 0 or self.finished else {}
         finally:
             if own:
                 await self.generator.stop()
-        fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
-        if fatal:
-            raise fatal[0]
-        trajs = [r for r in results if not isinstance(r, Exception)]
-        if not trajs:  # one failed episode (an admission timeout on a loaded machine) must not end the run
-            raise RuntimeError(f"every one of {episodes} evaluation episodes failed; first error: {results[0]!r}")
-        out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
-               "avg_reward": float(np.mean([t.total_reward for t in trajs])),
-               "avg_length": float(np.mean([t.num_turns for t in trajs])),
-               "valid_action_rate": valid_action_rate(trajs),
-               "episodes": float(len(trajs)), "failed": float(episodes - len(trajs))}
+        out = episode_metrics(results)
         pool = self.heldout_pool()
         if pool:
             out["heldout_env_ce"] = self.learner.held_out_env_ce(pool)
-        return out
+            for group, trajs in by_group(pool).items():
+                out[f"heldout_env_ce/{group}"] = self.learner.held_out_env_ce(trajs)
+        return {**out, **extra}
+
+    async def _extra_evaluation(self, concurrency: int) -> dict[str, float]:
+        """``lm_config.extra_eval_env`` on ``extra_eval_episodes`` tasks spread evenly over its task list (the same
+        tasks at every evaluation and in every run), as ``<task>/<metric>``."""
+        lm = self.config.lm_config
+        if not lm.extra_eval_env:
+            return {}
+        n, k = self.extra_eval_env().num_tasks, lm.extra_eval_episodes
+        done = self.progress.count(f"[eval] {lm.extra_eval_env}:", k, "episodes", f"{min(concurrency, k)} at a time")
+        results = await self.generator.evaluation_episodes(
+            [HELD_OUT_SEED_BASE + i for i in range(k)], concurrency, on_done=done.advance,
+            make_env=self.extra_eval_env, task_indices=[i * n // k for i in range(k)])
+        return {f"{lm.extra_eval_env}/{key}": v for key, v in episode_metrics(results).items()
+                if "/" not in key}
 
     def heldout_pool(self) -> list:
         if self._heldout is None:
@@ -302,7 +367,7 @@ class LMAgent(AgentBase):
         cache = None
         if lm.sft_cache_dir:
             key = {"backbone": cfg.backbone, "seed": cfg.seed, "env_name": cfg.env_name,
-                   "env": env_kwargs(cfg, False), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
+                   "env": self.sft_env_kwargs(), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
                                                           lm.max_turns, lm.sft_batch_episodes, lm.compute_dtype],
                    "protocol": repr(task_format(cfg.env_name, self.env(held_out=False))),  # prompt, parser, role
                    "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
@@ -320,7 +385,7 @@ class LMAgent(AgentBase):
         self.learner.optimizer = self.learner.make_optimizer(lm.sft_learning_rate)
         done = self.progress.count("[sft]", lm.sft_steps, "steps", f"warm start on {lm.sft_episodes} expert "
                                    f"episodes, {min(lm.sft_batch_episodes or lm.sft_episodes, lm.sft_episodes)} a step")
-        demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns,
+        demos = [expert_trajectory(self.sft_env(), self.renderer, seed=s, max_turns=lm.max_turns,
                                    task=cfg.env_name) for s in seeds]
         m: dict[str, float] = {}
         for batch in sft_batches(demos, lm.sft_steps, lm.sft_batch_episodes, rng):

@@ -101,6 +101,10 @@ class TerminalEnvironment(TextEnvironment):
     def _task_id(self) -> str:
         return self._task.name if self._task is not None else str(self._task_index)
 
+    def _task_group(self) -> str | None:
+        level = self._task.metadata.get("level") if self._task is not None else None
+        return None if level is None else f"level{level}"
+
     def _reset_task(self, index: int, options: dict) -> list:
         self._end_episode()
         task = self.tasks[index]

@@ -1,0 +1,89 @@
+"""lm_config.sft_env_config (expert demonstrations on other tasks than RL's), held-out success and env CE per
+task group (the terminal tasks' levels), and the extra held-out task (lm_config.extra_eval_env)."""
+
+import asyncio
+import os
+import tempfile
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from echo_rl.config import ConfigError  # noqa: E402
+from echo_rl.environments.sandbox import SandboxUnavailable  # noqa: E402
+from echo_rl.environments.terminal.shell import ShellSession  # noqa: E402
+from echo_rl.lm import loop  # noqa: E402
+from echo_rl.lm.loop import LMAgent, by_group  # noqa: E402
+from tests.test_lm.test_loop import _cfg, checkpoint  # noqa: E402,F401  (fixture)
+
+
+@pytest.fixture(scope="module")
+def sandbox_ok():
+    d = tempfile.mkdtemp()
+    try:
+        with ShellSession(d, uid=None) as s:
+            if os.geteuid() == 0:
+                os.chown(d, s.uid, s.uid)
+            if s.run("echo ok").output != "ok\n":
+                pytest.skip("the bubblewrap shell does not run here")
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    finally:
+        os.rmdir(d) if not os.listdir(d) else None
+
+
+def _terminal(path, **over):
+    return _cfg(path, env_name="terminal", env_config={"level": 0, "max_steps": 1, "instances_per_template": 10},
+                **{"lm_config.max_turns": 1, "lm_config.heldout_pool": 0, **over})
+
+
+def test_sft_demonstrates_on_sft_env_config_tasks_and_rl_keeps_all(checkpoint, sandbox_ok, monkeypatch):  # noqa: F811
+    agent = LMAgent(_terminal(checkpoint, **{"lm_config.sft_env_config": {"level": 1},
+                                             "lm_config.sft_episodes": 3}), torch.device("cpu"))
+    seen, real = [], loop.expert_trajectory
+
+    def spy(env, *args, **kwargs):
+        traj = real(env, *args, **kwargs)
+        seen.append((env.config.level, traj.info["task_group"]))
+        return traj
+
+    monkeypatch.setattr(loop, "expert_trajectory", spy)
+    agent._sft()
+    assert seen == [(1, "level1")] * 3
+    assert agent.env(held_out=False).config.level == 0  # RL's tasks: every level
+
+
+def test_bad_sft_env_config_fails_at_construction(checkpoint):  # noqa: F811
+    with pytest.raises(ConfigError, match="levle"):
+        LMAgent(_terminal(checkpoint, **{"lm_config.sft_env_config": {"levle": 1}}), torch.device("cpu"))
+    with pytest.raises(ConfigError, match="extra_eval_episodes"):
+        _terminal(checkpoint, **{"lm_config.extra_eval_env": "terminal"})
+
+
+def test_evaluation_per_level_and_on_the_extra_task(checkpoint, sandbox_ok):  # noqa: F811
+    cfg = _terminal(checkpoint, evaluation_episodes=6, **{
+        "lm_config.heldout_pool": 4, "lm_config.sft_episodes": 0,
+        "lm_config.extra_eval_env": "terminal", "lm_config.extra_eval_episodes": 3,
+        "lm_config.extra_eval_env_config": {"split": "test", "level": 2, "instances_per_template": 10}})
+    agent = LMAgent(cfg, torch.device("cpu"))
+    out = asyncio.run(agent.evaluate(6))
+    groups = {k.split("/", 1)[1] for k in out if k.startswith("episodes/")}
+    assert groups and groups <= {"level1", "level2", "level3"}
+    assert sum(out[f"episodes/{g}"] for g in groups) == out["episodes"] == 6
+    assert all(0.0 <= out[f"success_rate/{g}"] <= 1.0 for g in groups)
+    pool = by_group(agent.heldout_pool())
+    assert sum(map(len, pool.values())) == 4
+    assert {f"heldout_env_ce/{g}" for g in pool} <= set(out) and all(out[f"heldout_env_ce/{g}"] > 0 for g in pool)
+    # the extra task: its own env, 3 episodes on tasks spread over its list, without per-group keys
+    assert out["terminal/episodes"] == 3 and "terminal/success_rate" in out
+    assert not any(k.startswith("terminal/") and k.count("/") > 1 for k in out)
+
+
+def test_by_group_leaves_ungrouped_out():
+    class T:
+        def __init__(self, group):
+            self.info = {} if group is None else {"task_group": group}
+
+    a, b, c = T("level2"), T(None), T("level1")
+    assert by_group([a, b, c]) == {"level1": [c], "level2": [a]}
