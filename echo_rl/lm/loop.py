@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -360,7 +361,7 @@ class LMAgent(AgentBase):
 
     def _sft(self) -> dict[str, float]:
         """Warm start on expert episodes; with ``sft_cache_dir`` the result is shared by runs that differ only
-        after SFT (e.g. the λ arms of one seed)."""
+        after SFT (e.g. the λ arms of one seed): a run that finds a sibling computing it waits for its result."""
         cfg, lm = self.config, self.config.lm_config
         rng = np.random.default_rng([cfg.seed, 7])
         seeds = [int(s) for s in rng.integers(0, HELD_OUT_SEED_BASE, lm.sft_episodes)]
@@ -375,13 +376,21 @@ class LMAgent(AgentBase):
                 key["lora"] = [lm.lora_rank, lm.lora_alpha, lm.lora_targets]
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
             cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
-            if cache.is_file():
-                state = torch.load(cache, weights_only=True)
-                self.model.load_state_dict(state["model"])
-                if self.planner is not None:
-                    self.planner.load_state_dict(state["planner"])
-                self.progress.note(f"[sft] warm start loaded from {cache}")
-                return {**state["metrics"], "cached": 1.0}
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            with open(cache.with_suffix(".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+                if cache.is_file():
+                    state = torch.load(cache, weights_only=True)
+                    self.model.load_state_dict(state["model"])
+                    if self.planner is not None:
+                        self.planner.load_state_dict(state["planner"])
+                    self.progress.note(f"[sft] warm start loaded from {cache}")
+                    return {**state["metrics"], "cached": 1.0}
+                return self._sft_train(rng, seeds, cache)
+        return self._sft_train(rng, seeds, None)
+
+    def _sft_train(self, rng: np.random.Generator, seeds: list[int], cache: Path | None) -> dict[str, float]:
+        cfg, lm = self.config, self.config.lm_config
         self.learner.optimizer = self.learner.make_optimizer(lm.sft_learning_rate)
         done = self.progress.count("[sft]", lm.sft_steps, "steps", f"warm start on {lm.sft_episodes} expert "
                                    f"episodes, {min(lm.sft_batch_episodes or lm.sft_episodes, lm.sft_episodes)} a step")
@@ -392,7 +401,6 @@ class LMAgent(AgentBase):
             m = self.learner.sft_update(batch)
             done.advance(loss=m["loss"])
         if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")
             torch.save({"model": self.model.state_dict(), "metrics": m,
                         "planner": self.planner.state_dict() if self.planner is not None else {}}, tmp)

@@ -87,3 +87,28 @@ def test_by_group_leaves_ungrouped_out():
 
     a, b, c = T("level2"), T(None), T("level1")
     assert by_group([a, b, c]) == {"level1": [c], "level2": [a]}
+
+
+def test_a_run_waits_for_a_sibling_computing_the_same_sft(checkpoint, tmp_path):  # noqa: F811
+    import fcntl
+    import threading
+
+    over = {"lm_config.sft_cache_dir": str(tmp_path / "sft"), "echo_config.latent_plan": False}
+    first = LMAgent(_cfg(checkpoint, **over), torch.device("cpu"))
+    assert first._sft()["cached"] == 0.0
+    (cache,) = (tmp_path / "sft").glob("*.pt")
+    saved = cache.read_bytes()
+    cache.unlink()
+    second = LMAgent(_cfg(checkpoint, agent="ppo", **over), torch.device("cpu"))
+    result = {}
+    with open(cache.with_suffix(".lock"), "a") as lock:  # a sibling run is computing this SFT
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=lambda: result.update(second._sft()))
+        waiter.start()
+        waiter.join(timeout=2.0)
+        assert waiter.is_alive() and not result  # waits instead of computing it again
+        cache.write_bytes(saved)
+    waiter.join(timeout=60)
+    assert result["cached"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
+                                                 second.model.state_dict().values()))
