@@ -165,6 +165,7 @@ class LMAgent(AgentBase):
         self.timings: dict[str, float] = {}
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
+        self._sft_cache: Path | None = None  # this run's SFT result in sft_cache_dir (its evaluation before RL too)
         if config.backend == "ray":  # the same generator interface over Ray workers (lm/ray_lm.py)
             if lm.extra_eval_env:
                 raise ConfigError("lm_config.extra_eval_env runs with backend=local only; clear it for Ray")
@@ -310,7 +311,37 @@ class LMAgent(AgentBase):
 
     async def evaluate(self, episodes: int) -> dict[str, float]:
         """Success on held-out games (greedy, or sampled at ``eval_temperature`` with fixed seeds) + env-output
-        CE on the held-out expert pool."""
+        CE on the held-out expert pool. Before RL from a cached SFT, the result is shared like the SFT: runs that
+        differ only after it (GRPO's and ECHO's of one seed) evaluate the same weights once."""
+        path = self._start_eval_path(episodes)
+        if path is None:
+            return await self._evaluate(episodes)
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a sibling evaluating these weights now: wait for its result
+            if path.is_file():
+                self.progress.note(f"[eval] before RL: the same weights' evaluation loaded from {path}")
+                return json.loads(path.read_text())
+            out = await self._evaluate(episodes)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(out))
+            os.replace(tmp, path)
+            return out
+
+    def _start_eval_path(self, episodes: int) -> Path | None:
+        """Where the evaluation before RL of cached SFT weights is shared (None: not shared), keyed by the SFT
+        result and every setting an evaluation reads."""
+        if self.updates or self._sft_cache is None or not self.generator.running:
+            return None
+        cfg, lm = self.config, self.config.lm_config
+        key = {"sft": self._sft_cache.name, "episodes": episodes, "num_actors": cfg.num_actors,
+               "env": env_kwargs(cfg, True), "execution": cfg.execution_config.to_dict(), "plan": self.use_plan,
+               "lm": {k: getattr(lm, k) for k in ("action_mode", "eval_temperature", "max_turns", "max_new_tokens",
+                                                  "max_episode_tokens", "heldout_pool", "extra_eval_env",
+                                                  "extra_eval_env_config", "extra_eval_episodes")}}
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return self._sft_cache.with_name(f"{self._sft_cache.stem}.eval-{digest}.json")
+
+    async def _evaluate(self, episodes: int) -> dict[str, float]:
         own = not self.generator.running
         if own:  # called outside training (echo-rl eval): a short-lived engine
             sft_done, self.sft_done = self.sft_done, True
@@ -375,7 +406,7 @@ class LMAgent(AgentBase):
             if lm.lora_rank:  # adapters change what SFT trains and the state's keys (absent: full fine-tuning)
                 key["lora"] = [lm.lora_rank, lm.lora_alpha, lm.lora_targets]
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-            cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
+            cache = self._sft_cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
             cache.parent.mkdir(parents=True, exist_ok=True)
             with open(cache.with_suffix(".lock"), "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies

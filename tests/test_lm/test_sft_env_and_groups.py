@@ -112,3 +112,24 @@ def test_a_run_waits_for_a_sibling_computing_the_same_sft(checkpoint, tmp_path):
     assert result["cached"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
                                                  second.model.state_dict().values()))
+
+
+def test_the_evaluation_before_rl_is_shared_with_the_sft(checkpoint, tmp_path):  # noqa: F811
+    import json
+
+    from echo_rl.training.trainer import EchoRLTrainer
+
+    over = {"lm_config.max_updates": 1, "lm_config.sft_cache_dir": str(tmp_path / "sft"),
+            "echo_config.latent_plan": False}
+
+    def first_eval(run, **more):
+        asyncio.run(EchoRLTrainer(_cfg(checkpoint, **over, **more), tmp_path / run, show_progress=False).train())
+        row = json.loads((tmp_path / run / "metrics.jsonl").read_text().splitlines()[0])
+        return {k: v for k, v in row.items() if k.startswith("eval/")}, (tmp_path / run / "progress.log").read_text()
+
+    a, _ = first_eval("a")
+    b, log_b = first_eval("b", agent="ppo")  # differs only after SFT: the same evaluation, loaded
+    assert a == b and "the same weights' evaluation loaded" in log_b
+    assert len(list((tmp_path / "sft").glob("*.eval-*.json"))) == 1
+    _, log_c = first_eval("c", agent="ppo", evaluation_episodes=2)  # another evaluation: its own
+    assert "evaluation loaded" not in log_c and len(list((tmp_path / "sft").glob("*.eval-*.json"))) == 2
