@@ -44,7 +44,7 @@ def base_config(args: argparse.Namespace, out: Path) -> dict:
             "lm_config.heldout_pool": args.heldout_pool, "lm_config.max_updates": args.updates,
             "lm_config.eval_every_updates": args.updates,  # evaluations: before RL and after it
             "lm_config.extra_eval_env": "intercode_bash" if args.intercode_episodes else "",
-            "lm_config.extra_eval_env_config": {"max_steps": args.max_steps} if args.intercode_episodes else {},
+            "lm_config.extra_eval_env_config": {"max_steps": args.intercode_steps} if args.intercode_episodes else {},
             "lm_config.extra_eval_episodes": args.intercode_episodes}
 
 
@@ -60,18 +60,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=2, help="runs at once (one process, one torch thread each)")
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--backbone", default="smollm2-135m")
-    p.add_argument("--updates", type=int, default=6, help="RL updates per run")
+    p.add_argument("--updates", type=int, default=4, help="RL updates per run")
     p.add_argument("--max-steps", type=int, default=4, help="turns per episode")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per reply")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per reply")
     p.add_argument("--groups", type=int, default=2, help="task seeds per update")
     p.add_argument("--group-size", type=int, default=4, help="episodes per task seed (the GRPO group)")
-    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--compute-dtype", default="bfloat16", choices=("float32", "bfloat16"),
                    help="learner and engine precision (bfloat16: ~3x faster on CPUs with AVX512-BF16 or AMX)")
     p.add_argument("--temperature", type=float, default=1.0, help="training rollouts")
-    p.add_argument("--eval-episodes", type=int, default=36, help="held-out panel (greedy), all levels")
-    p.add_argument("--heldout-pool", type=int, default=9, help="held-out expert episodes for the env CE")
-    p.add_argument("--intercode-episodes", type=int, default=12, help="InterCode-Bash subset (0: none)")
+    p.add_argument("--eval-episodes", type=int, default=30, help="held-out panel (greedy), all levels")
+    p.add_argument("--heldout-pool", type=int, default=6, help="held-out expert episodes for the env CE")
+    p.add_argument("--intercode-episodes", type=int, default=6, help="InterCode-Bash subset (0: none)")
+    p.add_argument("--intercode-steps", type=int, default=3, help="turns per InterCode-Bash episode")
     p.add_argument("--sft-episodes", type=int, default=32, help="level-1 expert episodes")
     p.add_argument("--sft-steps", type=int, default=12)
     p.add_argument("--sft-lr", type=float, default=5e-5)
