@@ -81,9 +81,9 @@ def extend(src: Path, run: Path, updates: int) -> bool:
     return True
 
 
-def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int, make_config=None) -> str:
-    """One (arm, seed) run as its own ``echo-rl train`` process; ``make_config(args, out, arm, seed)`` gives a
-    fresh run's TrainingConfig (default: this study's :func:`run_config`)."""
+def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int, config: TrainingConfig | None = None) -> str:
+    """One (arm, seed) run as its own ``echo-rl train`` process; ``config``: a fresh run's settings (default:
+    this study's :func:`run_config`)."""
     run = out / f"{arm}-seed{seed}"
     if args.extend_from:
         extend(Path(args.extend_from), run, args.updates)
@@ -96,7 +96,7 @@ def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int, make_confi
         cmd.append("--resume")
     else:
         cfg_path = logs / f"{run.name}.yaml"
-        (make_config or run_config)(args, out, arm, seed).save_yaml(cfg_path)
+        (config or run_config(args, out, arm, seed)).save_yaml(cfg_path)
         cmd += ["--config", str(cfg_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     t0 = time.perf_counter()
@@ -106,10 +106,14 @@ def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int, make_confi
 
 
 def run_all(args: argparse.Namespace, out: Path, make_config=None) -> None:
-    """Every (arm, seed) of ``args``, ``args.jobs`` at a time; seeds outermost, so a partial study compares arms."""
+    """Every (arm, seed) of ``args``, ``args.jobs`` at a time; seeds outermost, so a partial study compares arms.
+    ``make_config(args, out, arm, seed)`` (default :func:`run_config`) runs here, in this thread, for every run
+    before any starts: a bad setting stops the study at once, and no config is built while a worker thread
+    imports (the task registry fills on first use)."""
     jobs = [(a, s) for s in args.seeds for a in args.arms]
+    configs = {job: (make_config or run_config)(args, out, *job) for job in jobs}
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for line in pool.map(lambda job: run_one(args, out, *job, make_config=make_config), jobs):
+        for line in pool.map(lambda job: run_one(args, out, *job, config=configs[job]), jobs):
             print(line, flush=True)
 
 
