@@ -82,9 +82,12 @@ def summarize(out: Path, arms: list[str], seeds: list[int], window: int = 3) -> 
     threshold = max(curves.get(BASELINE) or [math.nan])
     table["threshold"] = threshold
     for arm, rs in runs.items():
-        phases = list(zip(*[_before_after(r) for r in rs])) or [(), ()]
-        row: dict = {"seeds": sum(bool(r["evals"]) for r in rs), "updates": max((len(r["train"]) for r in rs),
-                                                                                default=0)}
+        pairs = [_before_after(r) for r in rs]
+        if any(after for _, after in pairs):  # runs still going count once they finish: before and after pair up
+            pairs = [(before, after) for before, after in pairs if after]
+        phases = list(zip(*pairs)) or [(), ()]
+        row: dict = {"seeds": sum(bool(b) for b, _ in pairs), "finished": sum(bool(a) for _, a in pairs),
+                     "updates": max((len(r["train"]) for r in rs), default=0)}
         for phase, evals in zip(("before", "after"), phases):
             evals = [e for e in evals if e]
             cell: dict = {}
@@ -133,14 +136,14 @@ def markdown(table: dict) -> str:
                 d = a["wins"] / a["n"] - b["wins"] / b["n"]
                 apart = f"{d:+.2f} ({'yes' if a['ci'][0] > b['ci'][1] or a['ci'][1] < b['ci'][0] else 'no'})"
             lines.append(f"| {arm} | {lvl} | {_rate(b)} | {_rate(a)} | {apart} | {_ce(b)} | {_ce(a)} |")
-    lines += ["", f"| arm | InterCode-Bash before RL | after RL | training success (MA{table['window']}) by "
+    lines += ["", f"| arm | runs finished | InterCode-Bash before RL | after RL | training success (MA{table['window']}) by "
                   f"update | updates to GRPO's peak ({table['threshold']:.3f}) | speed-up vs GRPO |",
-              "|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|"]
     for arm, row in table["arms"].items():
         curve = " ".join(f"{v:.2f}" for v in row["curve"])
         hit = row["to_threshold"] if row["to_threshold"] is not None else "not reached"
         speed = f"{row['speedup']:.2f}×" if row["speedup"] else "–"
-        lines.append(f"| {arm} | {_rate(row.get('before', {}).get(EXTRA, {}))} | "
+        lines.append(f"| {arm} | {row['finished']} | {_rate(row.get('before', {}).get(EXTRA, {}))} | "
                      f"{_rate(row.get('after', {}).get(EXTRA, {}))} | {curve} | {hit} | {speed} |")
     return "\n".join(lines) + "\n"
 

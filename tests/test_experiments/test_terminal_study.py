@@ -59,7 +59,7 @@ def test_summary_pools_seeds_per_level_and_times_grpos_peak(tmp_path):
     md = report(tmp_path, ["grpo", "grpo+echo"], [0, 1], {"updates": 4}, window=2)
     assert "| grpo+echo | level2 | 0/8 = 0.00 [0.00, 0.32] | 8/8 = 1.00 [0.68, 1.00] | +1.00 (yes) |" in md
     assert "| grpo | level1 | 4/8 = 0.50" in md and "+0.38 (no)" in md
-    assert "| grpo+echo | 1/8 = 0.12" not in md and "| grpo+echo | 2/8 = 0.25 [" in md and "| 3 | 1.33× |" in md
+    assert "| grpo+echo | 1/8 = 0.12" not in md and "| grpo+echo | 2 | 2/8 = 0.25 [" in md and "| 3 | 1.33× |" in md
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "study.png").is_file()
 
 
@@ -87,3 +87,16 @@ def test_arms_share_settings_and_differ_as_named(tmp_path):
     assert cfgs["echo-nosft"].lm_config.sft_episodes == 0 and e.sft_episodes == args.sft_episodes
     assert e.extra_eval_env == "intercode_bash" and e.eval_every_updates == e.max_updates == args.updates
     assert {c.seed for c in cfgs.values()} == {1}
+
+
+def test_a_run_still_going_is_left_out_until_it_finishes(tmp_path):
+    _write(tmp_path, "grpo", 0, {"level1": (1, 4)}, {"level1": (3, 4)}, [0.5])
+    d = tmp_path / "grpo-seed1"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text(json.dumps({"train/updates": 0.0, "eval/success_rate": 0.0,
+                                                 "eval/episodes": 4.0, "eval/success_rate/level1": 0.0,
+                                                 "eval/episodes/level1": 4.0}) + "\n")
+    row = summarize(tmp_path, ["grpo"], [0, 1])["arms"]["grpo"]
+    assert (row["seeds"], row["finished"]) == (1, 1) and row["before"]["level1"]["n"] == 4
+    only_before = summarize(tmp_path, ["grpo"], [1])["arms"]["grpo"]
+    assert only_before["before"]["level1"]["n"] == 4 and only_before["finished"] == 0
