@@ -5,7 +5,7 @@
 - InterCode-Bash success (fixed subset) before and after RL, pooled Wilson;
 - updates to threshold: the first update where an arm's training success (sampled rollouts, mean over seeds,
   moving average over ``window`` updates) reaches the GRPO arm's peak of the same curve; the ratio is GRPO's
-  updates over the arm's (> 1: sooner than GRPO).
+  updates over the arm's (> 1: sooner than GRPO); undefined (reported as such) while GRPO's peak is 0.
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ def summarize(out: Path, arms: list[str], seeds: list[int], window: int = 3) -> 
         curves[arm] = moving_average(list(np.mean([r["train"][:n] for r in rs if r["train"]], axis=0)), window) \
             if n else []
     threshold = max(curves.get(BASELINE) or [math.nan])
+    if not threshold > 0:  # a curve that never leaves 0 has no peak to reach
+        threshold = math.nan
     table["threshold"] = threshold
     for arm, rs in runs.items():
         pairs = [_before_after(r) for r in rs]
@@ -136,12 +138,14 @@ def markdown(table: dict) -> str:
                 d = a["wins"] / a["n"] - b["wins"] / b["n"]
                 apart = f"{d:+.2f} ({'yes' if a['ci'][0] > b['ci'][1] or a['ci'][1] < b['ci'][0] else 'no'})"
             lines.append(f"| {arm} | {lvl} | {_rate(b)} | {_rate(a)} | {apart} | {_ce(b)} | {_ce(a)} |")
+    peak = "undefined: GRPO's curve stays at 0" if math.isnan(table["threshold"]) else f"{table['threshold']:.3f}"
     lines += ["", f"| arm | runs finished | InterCode-Bash before RL | after RL | training success (MA{table['window']}) by "
-                  f"update | updates to GRPO's peak ({table['threshold']:.3f}) | speed-up vs GRPO |",
+                  f"update | updates to GRPO's peak ({peak}) | speed-up vs GRPO |",
               "|---|---|---|---|---|---|---|"]
     for arm, row in table["arms"].items():
         curve = " ".join(f"{v:.2f}" for v in row["curve"])
-        hit = row["to_threshold"] if row["to_threshold"] is not None else "not reached"
+        hit = row["to_threshold"] if row["to_threshold"] is not None else (
+            "–" if math.isnan(table["threshold"]) else "not reached")
         speed = f"{row['speedup']:.2f}×" if row["speedup"] else "–"
         lines.append(f"| {arm} | {row['finished']} | {_rate(row.get('before', {}).get(EXTRA, {}))} | "
                      f"{_rate(row.get('after', {}).get(EXTRA, {}))} | {curve} | {hit} | {speed} |")

@@ -72,6 +72,14 @@ def test_missing_runs_and_an_unreached_threshold(tmp_path):
     assert "not reached" in report(tmp_path, ["grpo", "echo-nosft", "grpo+echo"], [0], {}, window=1)
 
 
+def test_no_threshold_while_grpo_never_succeeds(tmp_path):
+    _write(tmp_path, "grpo", 0, {"level1": (0, 2)}, {"level1": (0, 2)}, [0.0, 0.0])
+    _write(tmp_path, "grpo+echo", 0, {"level1": (0, 2)}, {"level1": (1, 2)}, [0.0, 0.5])
+    t = summarize(tmp_path, ["grpo", "grpo+echo"], [0], window=1)
+    assert math.isnan(t["threshold"]) and t["arms"]["grpo+echo"]["to_threshold"] is None
+    assert "undefined: GRPO's curve stays at 0" in report(tmp_path, ["grpo", "grpo+echo"], [0], {}, window=1)
+
+
 def test_moving_average_and_first_reaching():
     assert moving_average([0.0, 1.0, 1.0, 0.0], 2) == [0.0, 0.5, 1.0, 0.5]
     assert first_reaching([0.1, 0.3, 0.3], 0.3) == 2 and first_reaching([0.1], 0.5) is None
