@@ -316,6 +316,14 @@ class LMConfig(ConfigBase):
                                      "evaluation (0: none)", min=0)
     eval_env_config: dict = spec(default_factory=dict, help="environment overrides for held-out evaluation "
                                                             "(alfworld: split=valid_unseen unless given here)")
+    sft_env_config: dict = spec(default_factory=dict, help="environment overrides for the SFT warm start's expert "
+                                                           "episodes only (e.g. {level: 1}: demonstrate the easy "
+                                                           "tasks, train RL on all of them)")
+    extra_eval_env: str = spec("", help="a second held-out task evaluated at the first and last evaluation (e.g. "
+                                        "intercode_bash, with the same turn protocol); empty: none")
+    extra_eval_env_config: dict = spec(default_factory=dict, help="environment options of extra_eval_env")
+    extra_eval_episodes: int = spec(0, help="extra_eval_env episodes, on tasks spread evenly over its task list",
+                                    min=0)
     plan_tokens: int = spec(2, help="soft-prefix rows the latent plan becomes before each action", min=1)
     max_updates: int = spec(0, help="stop after this many learner updates (0: total_timesteps alone decides)",
                             min=0)
@@ -361,6 +369,9 @@ class LMConfig(ConfigBase):
                                                                   "adapters (Llama/Qwen attention projections)")
 
     def validate(self) -> None:
+        if bool(self.extra_eval_env) != bool(self.extra_eval_episodes):
+            self._fail("extra_eval_episodes", self.extra_eval_episodes, "must be > 0 exactly when extra_eval_env "
+                                                                        "names a task")
         if self.lora_rank and not [t for t in self.lora_targets.split(",") if t.strip()]:
             self._fail("lora_targets", self.lora_targets, "name at least one module, e.g. q_proj,v_proj")
         if self.reward != "env" and not self.judge_backbone:

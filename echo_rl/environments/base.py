@@ -154,6 +154,11 @@ class TextEnvironment(gym.Env):
     def _task_id(self) -> str:
         return str(self._task_index)
 
+    def _task_group(self) -> str | None:
+        """The group the current task is reported under (e.g. the terminal tasks' ``level2``; None: no groups);
+        it becomes ``info["task_group"]``, and held-out evaluations give success per group."""
+        return None
+
     def _state_key(self) -> str | None:
         """A canonical string of the current state, equal exactly when the states are (None: the observation
         text is the state); it becomes ``info["state_key"]``."""
@@ -240,9 +245,11 @@ class TextEnvironment(gym.Env):
             "max_steps": self.max_steps,
             "task_id": self._task_id(),
         }
-        key = self._state_key()
+        key, group = self._state_key(), self._task_group()
         if key is not None:
             info["state_key"] = key
+        if group is not None:
+            info["task_group"] = group
         return info
 
     def _base_state(self) -> dict:

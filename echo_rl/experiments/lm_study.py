@@ -98,7 +98,9 @@ def extend(src: Path, run: Path, updates: int) -> bool:
     return True
 
 
-def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int) -> str:
+def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int, config: TrainingConfig | None = None) -> str:
+    """One (arm, seed) run as its own ``echo-rl train`` process; ``config``: a fresh run's settings (default:
+    this study's :func:`run_config`)."""
     run = out / f"{arm}-seed{seed}"
     if args.extend_from:
         extend(Path(args.extend_from), run, args.updates)
@@ -111,13 +113,25 @@ def run_one(args: argparse.Namespace, out: Path, arm: str, seed: int) -> str:
         cmd.append("--resume")
     else:
         cfg_path = logs / f"{run.name}.yaml"
-        run_config(args, out, arm, seed).save_yaml(cfg_path)
+        (config or run_config(args, out, arm, seed)).save_yaml(cfg_path)
         cmd += ["--config", str(cfg_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     with open(logs / f"{run.name}.log", "a") as fh:
         rc = subprocess.call(["nice", "-n", str(args.nice), *cmd], stdout=fh, stderr=subprocess.STDOUT, env=env)
     return f"{run.name}: exit {rc} after {time.perf_counter() - t0:.0f} s"
+
+
+def run_all(args: argparse.Namespace, out: Path, make_config=None) -> None:
+    """Every (arm, seed) of ``args``, ``args.jobs`` at a time; seeds outermost, so a partial study compares arms.
+    ``make_config(args, out, arm, seed)`` (default :func:`run_config`) runs here, in this thread, for every run
+    before any starts: a bad setting stops the study at once, and no config is built while a worker thread
+    imports (the task registry fills on first use)."""
+    jobs = [(a, s) for s in args.seeds for a in args.arms]
+    configs = {job: (make_config or run_config)(args, out, *job) for job in jobs}
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for line in pool.map(lambda job: run_one(args, out, *job, config=configs[job]), jobs):
+            print(line, flush=True)
 
 
 def _per_seed(out: Path, arm: str, seed: int) -> dict[int, dict[str, float]]:
@@ -321,10 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lm_study: {exc}", file=sys.stderr)
         return 2
     if not args.summarize_only:
-        jobs = [(a, s) for s in args.seeds for a in args.arms]  # seeds outermost: partial studies compare arms
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for line in pool.map(lambda job: run_one(args, out, *job), jobs):
-                print(line, flush=True)
+        run_all(args, out)
     table = summarize(out, args.arms, args.seeds)
     write_summary(out, table, config, pooled(out, args.arms, args.seeds, args.threshold))
     plot(out, table)

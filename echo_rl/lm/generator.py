@@ -126,16 +126,21 @@ class LMGenerator:
         return RolloutBatch(trajs, failed, steps)
 
     async def evaluation_episodes(self, seeds: list[int], concurrency: int,
-                                  on_done: Callable[[], None] | None = None) -> list[Any]:
+                                  on_done: Callable[[], None] | None = None, make_env: Callable[[], Any] | None = None,
+                                  task_indices: list[int] | None = None) -> list[Any]:
         """One held-out episode per seed (``episode_id`` = its index), at most ``concurrency`` in flight (each
         holds its whole context's KV in the engine); failed episodes come back as their exceptions.
-        ``on_done()`` is called as each episode ends, failed or not (the run's progress count)."""
+        ``on_done()`` is called as each episode ends, failed or not (the run's progress count). ``make_env``
+        (default: the held-out env) and ``task_indices`` (one per seed; default: the seed picks) let another task
+        be evaluated on a fixed list of its tasks."""
         slots = asyncio.Semaphore(concurrency)
+        make = make_env or (lambda: self.make_env(True))
 
         async def one(i: int, seed: int) -> Any:
+            options = None if task_indices is None else {"task_index": task_indices[i]}
             async with slots:
                 try:
-                    return await self.eval_worker.episode(self.make_env(True), seed=seed, episode_id=i)
+                    return await self.eval_worker.episode(make(), seed=seed, options=options, episode_id=i)
                 finally:
                     if on_done is not None:
                         on_done()

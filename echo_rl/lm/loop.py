@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -69,6 +70,36 @@ HELD_OUT_POOL_OFFSET = 10_000   # the held-out CE pool uses other seeds than the
 EVAL_CONCURRENCY = 16           # evaluation episodes in flight at once (more if num_actors is larger)
 
 
+def by_group(trajs: list) -> dict[str, list]:
+    """Trajectories by their task's group (``info["task_group"]``, e.g. the terminal tasks' level); ungrouped
+    ones are left out."""
+    groups: dict[str, list] = {}
+    for t in trajs:
+        if t.info.get("task_group") is not None:
+            groups.setdefault(str(t.info["task_group"]), []).append(t)
+    return dict(sorted(groups.items()))
+
+
+def episode_metrics(results: list) -> dict[str, float]:
+    """Success, reward, length and valid-action rate of evaluation episodes (failed ones are counted, not scored;
+    a fatal error is re-raised), and ``success_rate/<group>`` / ``episodes/<group>`` per task group."""
+    fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
+    if fatal:
+        raise fatal[0]
+    trajs = [r for r in results if not isinstance(r, Exception)]
+    if not trajs:  # one failed episode (an admission timeout on a loaded machine) must not end the run
+        raise RuntimeError(f"every one of {len(results)} evaluation episodes failed; first error: {results[0]!r}")
+    out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
+           "avg_reward": float(np.mean([t.total_reward for t in trajs])),
+           "avg_length": float(np.mean([t.num_turns for t in trajs])),
+           "valid_action_rate": valid_action_rate(trajs),
+           "episodes": float(len(trajs)), "failed": float(len(results) - len(trajs))}
+    for group, members in by_group(trajs).items():
+        out[f"success_rate/{group}"] = float(np.mean([t.info["won"] for t in members]))
+        out[f"episodes/{group}"] = float(len(members))
+    return out
+
+
 class LMAgent(AgentBase):
     """A causal LM acting through the execution engine and learning with ECHO/GRPO (see module doc)."""
 
@@ -88,6 +119,13 @@ class LMAgent(AgentBase):
         if (lm.sft_episodes and lm.sft_steps or lm.heldout_pool) and not getattr(probe, "has_expert", False):
             raise ConfigError(f"lm_config.sft_episodes / heldout_pool need expert demonstrations, which task "
                               f"{config.env_name!r} does not have: set both to 0")
+        if lm.sft_env_config and lm.sft_episodes and lm.sft_steps:
+            self.sft_env()  # bad options fail here, with the env's own message, not after the model loads
+        if lm.extra_eval_env:
+            extra = self.extra_eval_env()
+            if extra.num_tasks < 1:
+                raise ConfigError(f"lm_config.extra_eval_env={lm.extra_eval_env!r} has no tasks with "
+                                  f"extra_eval_env_config={lm.extra_eval_env_config!r}")
         if lm.lora_rank:  # adapters only: the base weights stay frozen (lora.py)
             from echo_rl.lm.lora import add_lora  # needed on this path only
             try:
@@ -118,7 +156,10 @@ class LMAgent(AgentBase):
         self.timings: dict[str, float] = {}
         self._pending: dict[str, float] = {}
         self._heldout: list | None = None
+        self._sft_cache: Path | None = None  # this run's SFT result in sft_cache_dir (its evaluation before RL too)
         if config.backend == "ray":  # the same generator interface over Ray workers (lm/ray_lm.py)
+            if lm.extra_eval_env:
+                raise ConfigError("lm_config.extra_eval_env runs with backend=local only; clear it for Ray")
             from echo_rl.lm.ray_lm import RayLMGenerator, default_lm_workers  # needed on this path only
 
             self.generator: Any = RayLMGenerator(config, self.bandwidth, default_lm_workers(config))
@@ -152,6 +193,25 @@ class LMAgent(AgentBase):
     # -- lifecycle ------------------------------------------------------------------
     def env(self, held_out: bool) -> Any:
         return self._make_env(self.config.env_name, **env_kwargs(self.config, held_out))
+
+    def sft_env(self) -> Any:
+        """The expert's environment: the training one with ``lm_config.sft_env_config`` on top."""
+        return self._checked_env("sft_env_config", self.config.env_name, self.sft_env_kwargs())
+
+    def sft_env_kwargs(self) -> dict[str, Any]:
+        return {**env_kwargs(self.config, False), **self.config.lm_config.sft_env_config}
+
+    def extra_eval_env(self) -> Any:
+        lm = self.config.lm_config
+        return self._checked_env("extra_eval_env_config", lm.extra_eval_env, lm.extra_eval_env_config)
+
+    def _checked_env(self, field: str, name: str, kwargs: dict) -> Any:
+        """``make_env``, with an option the task does not take reported as ``lm_config.<field>``'s error."""
+        try:
+            return self._make_env(name, **kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"lm_config.{field}={getattr(self.config.lm_config, field)!r} is invalid for task "
+                              f"{name!r}: {exc}") from None
 
     @property
     def engine(self) -> Any:
@@ -246,7 +306,37 @@ class LMAgent(AgentBase):
 
     async def evaluate(self, episodes: int) -> dict[str, float]:
         """Success on held-out games (greedy, or sampled at ``eval_temperature`` with fixed seeds) + env-output
-        CE on the held-out expert pool."""
+        CE on the held-out expert pool. Before RL from a cached SFT, the result is shared like the SFT: runs that
+        differ only after it (GRPO's and ECHO's of one seed) evaluate the same weights once."""
+        path = self._start_eval_path(episodes)
+        if path is None:
+            return await self._evaluate(episodes)
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a sibling evaluating these weights now: wait for its result
+            if path.is_file():
+                self.progress.note(f"[eval] before RL: the same weights' evaluation loaded from {path}")
+                return json.loads(path.read_text())
+            out = await self._evaluate(episodes)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(out))
+            os.replace(tmp, path)
+            return out
+
+    def _start_eval_path(self, episodes: int) -> Path | None:
+        """Where the evaluation before RL of cached SFT weights is shared (None: not shared), keyed by the SFT
+        result and every setting an evaluation reads."""
+        if self.updates or self._sft_cache is None or not self.generator.running:
+            return None
+        cfg, lm = self.config, self.config.lm_config
+        key = {"sft": self._sft_cache.name, "episodes": episodes, "num_actors": cfg.num_actors,
+               "env": env_kwargs(cfg, True), "execution": cfg.execution_config.to_dict(), "plan": self.use_plan,
+               "lm": {k: getattr(lm, k) for k in ("action_mode", "eval_temperature", "max_turns", "max_new_tokens",
+                                                  "max_episode_tokens", "heldout_pool", "extra_eval_env",
+                                                  "extra_eval_env_config", "extra_eval_episodes")}}
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return self._sft_cache.with_name(f"{self._sft_cache.stem}.eval-{digest}.json")
+
+    async def _evaluate(self, episodes: int) -> dict[str, float]:
         own = not self.generator.running
         if own:  # called outside training (echo-rl eval): a short-lived engine
             sft_done, self.sft_done = self.sft_done, True
@@ -260,24 +350,31 @@ class LMAgent(AgentBase):
                                        f"{min(concurrency, episodes)} at a time")
             results = await self.generator.evaluation_episodes(
                 [HELD_OUT_SEED_BASE + i for i in range(episodes)], concurrency, on_done=done.advance)
+            extra = await self._extra_evaluation(concurrency) if own or self.updates == 0 or self.finished else {}
         finally:
             if own:
                 await self.generator.stop()
-        fatal = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Exception)]
-        if fatal:
-            raise fatal[0]
-        trajs = [r for r in results if not isinstance(r, Exception)]
-        if not trajs:  # one failed episode (an admission timeout on a loaded machine) must not end the run
-            raise RuntimeError(f"every one of {episodes} evaluation episodes failed; first error: {results[0]!r}")
-        out = {"success_rate": float(np.mean([t.info["won"] for t in trajs])),
-               "avg_reward": float(np.mean([t.total_reward for t in trajs])),
-               "avg_length": float(np.mean([t.num_turns for t in trajs])),
-               "valid_action_rate": valid_action_rate(trajs),
-               "episodes": float(len(trajs)), "failed": float(episodes - len(trajs))}
+        out = episode_metrics(results)
         pool = self.heldout_pool()
         if pool:
             out["heldout_env_ce"] = self.learner.held_out_env_ce(pool)
-        return out
+            for group, trajs in by_group(pool).items():
+                out[f"heldout_env_ce/{group}"] = self.learner.held_out_env_ce(trajs)
+        return {**out, **extra}
+
+    async def _extra_evaluation(self, concurrency: int) -> dict[str, float]:
+        """``lm_config.extra_eval_env`` on ``extra_eval_episodes`` tasks spread evenly over its task list (the same
+        tasks at every evaluation and in every run), as ``<task>/<metric>``."""
+        lm = self.config.lm_config
+        if not lm.extra_eval_env:
+            return {}
+        n, k = self.extra_eval_env().num_tasks, lm.extra_eval_episodes
+        done = self.progress.count(f"[eval] {lm.extra_eval_env}:", k, "episodes", f"{min(concurrency, k)} at a time")
+        results = await self.generator.evaluation_episodes(
+            [HELD_OUT_SEED_BASE + i for i in range(k)], concurrency, on_done=done.advance,
+            make_env=self.extra_eval_env, task_indices=[i * n // k for i in range(k)])
+        return {f"{lm.extra_eval_env}/{key}": v for key, v in episode_metrics(results).items()
+                if "/" not in key}
 
     def heldout_pool(self) -> list:
         if self._heldout is None:
@@ -290,14 +387,14 @@ class LMAgent(AgentBase):
 
     def _sft(self) -> dict[str, float]:
         """Warm start on expert episodes; with ``sft_cache_dir`` the result is shared by runs that differ only
-        after SFT (e.g. the λ arms of one seed)."""
+        after SFT (e.g. the λ arms of one seed): a run that finds a sibling computing it waits for its result."""
         cfg, lm = self.config, self.config.lm_config
         rng = np.random.default_rng([cfg.seed, 7])
         seeds = [int(s) for s in rng.integers(0, HELD_OUT_SEED_BASE, lm.sft_episodes)]
         cache = None
         if lm.sft_cache_dir:
             key = {"backbone": cfg.backbone, "seed": cfg.seed, "env_name": cfg.env_name,
-                   "env": env_kwargs(cfg, False), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
+                   "env": self.sft_env_kwargs(), "sft": [lm.sft_episodes, lm.sft_steps, lm.sft_learning_rate,
                                                           lm.max_turns, lm.sft_batch_episodes, lm.compute_dtype],
                    "protocol": repr(task_format(cfg.env_name, self.env(held_out=False))),  # prompt, parser, role
                    "plan": [self.use_plan, lm.plan_tokens, cfg.planning_config.to_dict()] if self.use_plan else None}
@@ -306,25 +403,32 @@ class LMAgent(AgentBase):
             if lm.lora_rank:  # adapters change what SFT trains and the state's keys (absent: full fine-tuning)
                 key["lora"] = [lm.lora_rank, lm.lora_alpha, lm.lora_targets]
             digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-            cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
-            if cache.is_file():
-                state = torch.load(cache, weights_only=True)
-                self.model.load_state_dict(state["model"])
-                if self.planner is not None:
-                    self.planner.load_state_dict(state["planner"])
-                self.progress.note(f"[sft] warm start loaded from {cache}")
-                return {**state["metrics"], "cached": 1.0}
+            cache = self._sft_cache = Path(lm.sft_cache_dir) / f"sft-{digest}.pt"
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            with open(cache.with_suffix(".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+                if cache.is_file():
+                    state = torch.load(cache, weights_only=True)
+                    self.model.load_state_dict(state["model"])
+                    if self.planner is not None:
+                        self.planner.load_state_dict(state["planner"])
+                    self.progress.note(f"[sft] warm start loaded from {cache}")
+                    return {**state["metrics"], "cached": 1.0}
+                return self._sft_train(rng, seeds, cache)
+        return self._sft_train(rng, seeds, None)
+
+    def _sft_train(self, rng: np.random.Generator, seeds: list[int], cache: Path | None) -> dict[str, float]:
+        cfg, lm = self.config, self.config.lm_config
         self.learner.optimizer = self.learner.make_optimizer(lm.sft_learning_rate)
         done = self.progress.count("[sft]", lm.sft_steps, "steps", f"warm start on {lm.sft_episodes} expert "
                                    f"episodes, {min(lm.sft_batch_episodes or lm.sft_episodes, lm.sft_episodes)} a step")
-        demos = [expert_trajectory(self.env(held_out=False), self.renderer, seed=s, max_turns=lm.max_turns,
+        demos = [expert_trajectory(self.sft_env(), self.renderer, seed=s, max_turns=lm.max_turns,
                                    task=cfg.env_name, system=lm.system_prompt) for s in seeds]
         m: dict[str, float] = {}
         for batch in sft_batches(demos, lm.sft_steps, lm.sft_batch_episodes, rng):
             m = self.learner.sft_update(batch)
             done.advance(loss=m["loss"])
         if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")
             torch.save({"model": self.model.state_dict(), "metrics": m,
                         "planner": self.planner.state_dict() if self.planner is not None else {}}, tmp)

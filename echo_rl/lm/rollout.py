@@ -161,6 +161,7 @@ class LMRolloutWorker:
         t_env = t_gen = 0.0
         t0 = time.perf_counter()
         _, info = env.reset(seed=seed, options=options)
+        group = info.get("task_group")
         t_env += time.perf_counter() - t0
         fmt = task_format(self.task, env)
         system, role = lm_turn_setup(fmt, self.renderer, cfg.system_prompt)
@@ -219,6 +220,8 @@ class LMRolloutWorker:
         if cfg.action_mode == "generate":  # every end (done, turn cap, full context) closes eta_bw's episode
             self.bandwidth.end_episode()
         extra = {} if ep_plan is None else {"plan_eps": ep_plan.eps}
+        if group is not None:
+            extra["task_group"] = group
         traj = b.finish(won=won, truncated=truncated, actions=list(b.turn_texts),
                         truncated_observations=b.truncated_observations, history=list(b.history),
                         anchor_states=anchors[:len(b.turn_texts)],

@@ -29,6 +29,7 @@ def expert_trajectory(env: Any, renderer: ChatRenderer, *, seed: int, options: d
     if not getattr(env, "has_expert", False):
         raise ValueError(f"{type(env).__name__} has no expert to demonstrate with")
     _, info = env.reset(seed=seed, options=options)
+    group = info.get("task_group")
     system, observation_role = lm_turn_setup(task_format(task, env), renderer, system)
     b = TrajectoryBuilder(renderer, info["segments"], system=system, observation_role=observation_role,
                           episode_id=episode_id)
@@ -43,8 +44,9 @@ def expert_trajectory(env: Any, renderer: ChatRenderer, *, seed: int, options: d
         b.add_observation(info["segments"], reward)
         if terminated or truncated:
             break
+    extra = {"task_group": group} if group is not None else {}
     return b.finish(won=won, truncated=bool(truncated or not terminated), source="expert",
-                    actions=list(b.turn_texts))
+                    actions=list(b.turn_texts), **extra)
 
 
 def sft_batches(demos: list[TokenTrajectory], steps: int, batch_episodes: int,

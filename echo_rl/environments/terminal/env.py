@@ -107,6 +107,10 @@ class TerminalEnvironment(TextEnvironment):
         step, and one command's output can follow from different directories (GiGPO's anchor state)."""
         return f"cwd={self._cwd}\n{self._last_result_output}"
 
+    def _task_group(self) -> str | None:
+        level = self._task.metadata.get("level") if self._task is not None else None
+        return None if level is None else f"level{level}"
+
     def _reset_task(self, index: int, options: dict) -> list:
         self._end_episode()
         task = self.tasks[index]
