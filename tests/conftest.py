@@ -62,3 +62,25 @@ def _run_key_home(tmp_path_factory):
         os.environ.pop("ECHO_RL_HOME", None)
     else:
         os.environ["ECHO_RL_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def sandbox_ok():
+    """Skip unless the terminal tasks' bubblewrap shell runs here (bwrap installed, user namespaces allowed)."""
+    import os
+    import tempfile
+
+    from echo_rl.environments.sandbox import SandboxUnavailable
+    from echo_rl.environments.terminal.shell import ShellSession
+
+    d = tempfile.mkdtemp()
+    try:
+        with ShellSession(d, uid=None) as s:
+            if os.geteuid() == 0:
+                os.chown(d, s.uid, s.uid)
+            if s.run("echo ok").output != "ok\n":
+                pytest.skip("the bubblewrap shell does not run here")
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    finally:
+        os.rmdir(d) if not os.listdir(d) else None

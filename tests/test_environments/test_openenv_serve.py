@@ -2,7 +2,6 @@
 
 import json
 import os
-import tempfile
 
 import pytest
 
@@ -135,20 +134,6 @@ def test_bad_settings_and_tasks_are_one_line_errors(capsys):
     assert build_parser().parse_args(["serve-env", "minigrid"]).host == "127.0.0.1"  # loopback unless told
 
 
-@pytest.fixture(scope="module")
-def sandbox_ok():
-    from echo_rl.environments.sandbox import SandboxUnavailable
-    from echo_rl.environments.terminal.shell import ShellSession
-
-    d = tempfile.mkdtemp()
-    try:
-        with ShellSession(d, uid=None) as s:
-            if os.geteuid() == 0:
-                os.chown(d, s.uid, s.uid)
-            if s.run("echo ok").output != "ok\n":
-                pytest.skip("the bubblewrap shell does not run here")
-    except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def test_a_served_terminal_task_runs_its_oracle_to_a_win(sandbox_ok):

@@ -2,7 +2,6 @@
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,6 @@ from gymnasium.utils.env_checker import check_env
 
 from echo_rl.config import ConfigError
 from echo_rl.environments.registry import make_env, task_spec
-from echo_rl.environments.sandbox import SandboxUnavailable
 from echo_rl.environments.terminal.env import TERMINAL_FORMAT, TerminalEnvironment
 from echo_rl.environments.terminal.generator import (HELD_OUT_TEMPLATES, TEMPLATES, build_task, split_of,
                                                       task_keys)
@@ -19,19 +17,6 @@ from echo_rl.environments.terminal.task import TaskError, TerminalTask, load_tas
 from echo_rl.environments.tool_calls import TERMINAL_TOOLS, stop_strings
 
 
-@pytest.fixture(scope="module")
-def sandbox_ok():
-    d = tempfile.mkdtemp()
-    try:
-        with ShellSession(d, uid=None) as s:
-            if os.geteuid() == 0:
-                os.chown(d, s.uid, s.uid)
-            if s.run("echo ok").output != "ok\n":
-                pytest.skip("the bubblewrap shell does not run here")
-    except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
-    finally:
-        os.rmdir(d) if not os.listdir(d) else None
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 task group (the terminal tasks' levels), and the extra held-out task (lm_config.extra_eval_env)."""
 
 import asyncio
-import os
-import tempfile
 
 import pytest
 import torch
@@ -11,26 +9,11 @@ import torch
 pytest.importorskip("transformers")
 
 from echo_rl.config import ConfigError  # noqa: E402
-from echo_rl.environments.sandbox import SandboxUnavailable  # noqa: E402
-from echo_rl.environments.terminal.shell import ShellSession  # noqa: E402
 from echo_rl.lm import loop  # noqa: E402
 from echo_rl.lm.loop import LMAgent, by_group  # noqa: E402
 from tests.test_lm.test_loop import _cfg, checkpoint  # noqa: E402,F401  (fixture)
 
 
-@pytest.fixture(scope="module")
-def sandbox_ok():
-    d = tempfile.mkdtemp()
-    try:
-        with ShellSession(d, uid=None) as s:
-            if os.geteuid() == 0:
-                os.chown(d, s.uid, s.uid)
-            if s.run("echo ok").output != "ok\n":
-                pytest.skip("the bubblewrap shell does not run here")
-    except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
-    finally:
-        os.rmdir(d) if not os.listdir(d) else None
 
 
 def _terminal(path, **over):
