@@ -59,8 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="no self-imitation updates on the steps of terminated episodes")
     ablate.add_argument("--no-world-model", action="store_true", help="no next-observation prediction loss")
     ext = p.add_argument_group("your own agent program (--task external; docs/external.md)")
-    ext.add_argument("--command", help="the program to run per episode, e.g. 'python agent.py' (it gets "
-                                       "OPENAI_BASE_URL, OPENAI_API_KEY and reports with echo_rl.external.report)")
+    ext.add_argument("--command", dest="program",  # not args.command: that is the CLI's subcommand name
+                     help="the program to run per episode, e.g. 'python agent.py' (it gets OPENAI_BASE_URL, "
+                          "OPENAI_API_KEY and reports with echo_rl.external.report)")
     ext.add_argument("--episodes", type=int, default=8, help="episodes per learner update (default 8)")
     ext.add_argument("--concurrency", type=int, default=4, help="episodes running at once (default 4)")
     ext.add_argument("--episode-timeout", type=float, default=300.0, help="seconds before an episode is killed "
@@ -114,13 +115,13 @@ def run_external(args: argparse.Namespace) -> int:
     """``--task external``: the policy is served to the user's program (echo_rl/external/)."""
     import shlex
 
-    if not args.command:
+    if not args.program:
         raise ConfigError("--task external needs --command: the agent program to run per episode, e.g. "
                           "--command 'python examples/own_agent/agent.py'")
     if args.concurrency < 1 or args.episode_timeout <= 0 or args.resume:
         raise ConfigError(f"--concurrency={args.concurrency} must be >= 1 and --episode-timeout="
                           f"{args.episode_timeout} > 0; --resume is not supported with --task external")
-    command = shlex.split(args.command)
+    command = shlex.split(args.program)
     args.task = None
     config = build_config(args)
     from echo_rl.external.train import train_external  # torch: loaded on first use
