@@ -30,6 +30,7 @@ from typing import Any, Callable, Hashable, Sequence
 import torch
 
 from echo_rl.config import ConfigError, ExecutionConfig
+from echo_rl.engine.errors import AdmissionTimeout
 from echo_rl.engine.kv_budget import KVBudget
 from echo_rl.engine.metrics import EngineMetrics
 from echo_rl.engine.model_runner import PackedModelRunner, Segment
@@ -324,7 +325,7 @@ class AsyncExecutionEngine(EngineFrontend):
                 self.metrics.requests_cancelled += 1
             elif now - r.arrival > self.config.timeout:
                 self.metrics.requests_failed += 1
-                done.append((r, TimeoutError(f"request waited {now - r.arrival:.1f}s for admission "
+                done.append((r, AdmissionTimeout(f"request waited {now - r.arrival:.1f}s for admission "
                                              f"(ExecutionConfig.timeout={self.config.timeout})")))
             else:
                 waiting.append(r)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from echo_rl.config import ExecutionConfig
+from echo_rl.engine.errors import AdmissionTimeout
 from echo_rl.engine.request import ContextLengthError, EngineClosedError, EngineFrontend, GenerationResult, int_list
 from echo_rl.engine.sampling import SamplingParams
 from echo_rl.engine.metrics import EngineMetrics
@@ -109,7 +110,7 @@ class VLLMExecutionEngine(EngineFrontend):
             if fut.done() and not fut.cancelled():  # admitted at the last moment: give the slot back
                 self._release()
             self.metrics.requests_failed += 1
-            raise TimeoutError(f"request waited {self.config.timeout}s for admission "
+            raise AdmissionTimeout(f"request waited {self.config.timeout}s for admission "
                                f"(ExecutionConfig.timeout={self.config.timeout})") from None
 
     def _dispatch(self) -> None:

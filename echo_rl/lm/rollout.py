@@ -45,6 +45,7 @@ from echo_rl.environments.registry import find_task_spec, split_configs, task_fo
 from echo_rl.environments.reply_format import TaskFormat
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.chat_delta import ChatRenderer, check_prefix_preserving
+from echo_rl.lm.session import generate_admitted
 from echo_rl.lm.trajectory import TrajectoryBuilder, observation_text
 from echo_rl.models.teacher_forcing import continuation_logprobs, token_logprobs
 from echo_rl.types import TokenTrajectory
@@ -188,8 +189,8 @@ class LMRolloutWorker:
                 break
             prefix = None if ep_plan is None else await self.engine.call(ep_plan.next_prefix, b.token_ids)
             if cfg.action_mode == "generate":
-                res = await self.engine.generate(
-                    b.token_ids, max_new_tokens=budget, temperature=cfg.temperature,
+                res = await generate_admitted(
+                    self.engine, b.token_ids, max_new_tokens=budget, temperature=cfg.temperature,
                     stop_token_ids=self.stop_ids, seed=int(rng.integers(2**31)), plan_embeddings=prefix)
                 keep = stop_cut(res.token_ids, fmt.stop, decode)
                 ids, lps = res.token_ids[:keep], res.logprobs[:keep]

@@ -16,12 +16,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from echo_rl.config import BandwidthConfig
+from echo_rl.engine.errors import AdmissionTimeout
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.lm.trajectory import TokenStream
 from echo_rl.types import ACTION, TokenTrajectory, role_code
 
 if TYPE_CHECKING:
     from echo_rl.engine.request import GenerationResult
+
+#: admission waits an RL worker sits out before its episode fails (each lasts ``ExecutionConfig.timeout``)
+ADMISSION_RETRIES = 20
+
+
+async def generate_admitted(engine: Any, prompt_ids: Sequence[int], **kwargs: Any) -> GenerationResult:
+    """``engine.generate`` that waits out admission timeouts. A worker's own concurrency is bounded, so a long
+    wait means a loaded machine, not overload; dropping the episode would bias a batch or an evaluation toward
+    the episodes that happened to be admitted. A request that was never admitted sampled nothing, so the retry
+    (same seed) is exact."""
+    waits = 0
+    while True:
+        try:
+            return await engine.generate(prompt_ids, **kwargs)
+        except AdmissionTimeout:
+            waits += 1
+            if waits > ADMISSION_RETRIES:
+                raise
 
 
 class EpisodeSession(TokenStream):
@@ -41,7 +60,7 @@ class EpisodeSession(TokenStream):
 
     async def generate(self, **kwargs: Any) -> GenerationResult:
         """Act on the whole history; the sampled tokens join it as ``action`` tokens."""
-        result = await self.engine.generate(self.token_ids, **kwargs)
+        result = await generate_admitted(self.engine, self.token_ids, **kwargs)
         self.extend_action(result.token_ids, result.logprobs, result.policy_versions)
         self.results.append(result)
         return result

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from echo_rl.core.async_execution import AsyncExecutionEngine, ContextLengthError, ExecutionConfig
+from echo_rl.engine.errors import AdmissionTimeout
 from echo_rl.lm.session import EpisodeSession
 from .helpers import hf_greedy, run, tiny_model
 
@@ -445,7 +446,32 @@ def test_admission_timeout_fails_clearly():
 
     first, second = run(main())
     assert len(first.token_ids) == 150
-    assert isinstance(second, TimeoutError) and "ExecutionConfig.timeout=0.05" in str(second)
+    assert isinstance(second, AdmissionTimeout) and "ExecutionConfig.timeout=0.05" in str(second)
+
+
+@pytest.mark.parametrize("retries", [0, 10_000])
+def test_rl_worker_waits_out_admission_timeouts(monkeypatch, retries):
+    """An RL episode is not dropped for a slow admission (that would bias a batch toward the admitted ones): the
+    request is retried with its seed, and the sample equals the one it gets with nothing ahead of it."""
+    from echo_rl.lm import session
+
+    monkeypatch.setattr(session, "ADMISSION_RETRIES", retries)
+    model = tiny_model("llama-gqa")
+    sample = dict(max_new_tokens=6, temperature=1.0, seed=11, stop_token_ids=())
+
+    async def main(cfg):
+        async with AsyncExecutionEngine(cfg, model) as eng:
+            alone = await eng.generate([2, 3], **sample)
+            blocker = eng.generate([1] * 10, max_new_tokens=150, stop_token_ids=())
+            _, behind = await asyncio.gather(blocker, session.generate_admitted(eng, [2, 3], **sample),
+                                             return_exceptions=True)
+            return alone, behind, eng.snapshot()["requests_failed"]
+
+    alone, behind, waits = run(main(ExecutionConfig(max_concurrent_rollouts=1, timeout=0.05, max_batch_tokens=2)))
+    if retries == 0:
+        assert isinstance(behind, AdmissionTimeout)
+    else:
+        assert waits >= 1 and behind.token_ids == alone.token_ids
 
 
 def test_stop_fails_in_flight_requests_and_releases_pins():
