@@ -15,11 +15,10 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 torch = pytest.importorskip("torch")
 
-from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
 from echo_rl.external.client import report  # noqa: E402
 from echo_rl.external.runner import ExternalRunner  # noqa: E402
-from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, WARNING  # noqa: E402
+from tests.sampler_gap import sampled_logprob_gap  # noqa: E402
 
 SAY = {"type": "function", "function": {"name": "say", "description": "Say a number.", "parameters": {
     "type": "object", "properties": {"number": {"type": "string", "description": "the number"}}}}}
@@ -141,12 +140,7 @@ def check_episodes(tiny, episodes):
     assert {t.info["task"] for t in trajs} == {f"start-{k}" for k in range(5)}
     assert all(len(t.info["anchor_states"]) == t.num_turns for t in trajs)
 
-    batch = collate(trajs, 0)  # the learner's teacher-forced log-probs of the sampled tokens are the sampler's
-    with torch.no_grad():
-        lp = sequence_logprobs(tiny.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
-                               batch.input_ids)
-    acts = batch.roles == ACTION
-    gap = float((lp[acts] - batch.behavior_logprobs[acts]).abs().max())
-    print(f"{episodes} episodes, {turns} turns, {splits} splits, {int(acts.sum())} sampled tokens, "
+    gap, sampled = sampled_logprob_gap(tiny.model, trajs)  # the learner's log-probs are the sampler's
+    print(f"{episodes} episodes, {turns} turns, {splits} splits, {sampled} sampled tokens, "
           f"max |log-prob gap| {gap:.2e}, {mismatches} mismatches")
     assert gap < 1e-3

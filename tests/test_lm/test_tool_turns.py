@@ -14,18 +14,17 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from echo_rl.algorithms.token_logprobs import sequence_logprobs  # noqa: E402
 from echo_rl.config import ExecutionConfig, LMConfig  # noqa: E402
 from echo_rl.engine.engine import AsyncExecutionEngine  # noqa: E402
 from echo_rl.environments import registry  # noqa: E402
 from echo_rl.environments.registry import task_format  # noqa: E402
-from echo_rl.lm.batch import collate  # noqa: E402
 from echo_rl.lm.chat_delta import ChatRenderer  # noqa: E402
 from echo_rl.lm.learner import LMLearner  # noqa: E402
 from echo_rl.lm.rollout import LMRolloutWorker  # noqa: E402
 from echo_rl.lm.sft import expert_trajectory  # noqa: E402
-from echo_rl.types import ACTION, ENV_OUTPUT, TEMPLATE, WARNING  # noqa: E402
+from echo_rl.types import ENV_OUTPUT, TEMPLATE, WARNING  # noqa: E402
 from test_rollout_e2e import _model  # noqa: E402
+from tests.sampler_gap import sampled_logprob_gap  # noqa: E402
 from tests.tool_env import SPEC, NotesEnv  # noqa: E402
 
 STEPS = 20  # warm-start steps: enough for the tiny model to write real calls most turns
@@ -171,15 +170,9 @@ def test_200_rollouts_train_on_exactly_the_sampled_and_rendered_tokens(notes_tas
     assert mismatches == 0
     assert turns >= 400 and multi >= 100 and valid >= 100 and warned >= 1, (turns, multi, valid, warned)
 
-    # fp32: the learner's teacher-forced log-probs of the sampled tokens are the sampler's
-    batch = collate(trajs, 0)
-    with torch.no_grad():
-        lp = sequence_logprobs(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
-                               batch.input_ids)
-    acts = batch.roles == ACTION
-    gap = float((lp[acts] - batch.behavior_logprobs[acts]).abs().max())
+    gap, sampled = sampled_logprob_gap(model, trajs)  # fp32: the learner's log-probs are the sampler's
     print(f"200 rollouts: {turns} turns, {valid} answered by the env, {warned} warnings, "
-          f"{int(acts.sum())} sampled tokens, max |log-prob gap| {gap:.2e}, {mismatches} mismatches")
+          f"{sampled} sampled tokens, max |log-prob gap| {gap:.2e}, {mismatches} mismatches")
     assert gap < 1e-3
 
 
