@@ -334,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"lm_study: {exc}", file=sys.stderr)
         return 2
-    if not args.summarize_only:
+    if args.summarize_only:  # the runs may have been launched otherwise: their own config.yaml is what they ran
+        config = {"summarized": [f"{a}-seed{s}" for a in args.arms for s in args.seeds
+                                 if (out / f"{a}-seed{s}" / "metrics.jsonl").is_file()],
+                  "settings": "each run's config.yaml"}
+    else:
         run_all(args, out)
     table = summarize(out, args.arms, args.seeds)
     write_summary(out, table, config, pooled(out, args.arms, args.seeds, args.threshold))

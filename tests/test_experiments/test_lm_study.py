@@ -100,6 +100,8 @@ def test_summarize_only_cli(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--seeds", "0", "--arms", "grpo", "--summarize-only"]) == 0
     out = capsys.readouterr().out
     assert "| grpo | 3 | 1.000 |" in out and (tmp_path / "study.png").is_file()
+    # the runs' own settings are named, not the study's defaults (they may have been launched by hand)
+    assert '"summarized": ["grpo-seed0"]' in out and "minigrid" not in out.split("\n")[0]
 
 
 def test_extend_copies_a_finished_run_and_raises_its_updates(tmp_path):
