@@ -326,7 +326,7 @@ class AsyncExecutionEngine(EngineFrontend):
             elif now - r.arrival > self.config.timeout:
                 self.metrics.requests_failed += 1
                 done.append((r, AdmissionTimeout(f"request waited {now - r.arrival:.1f}s for admission "
-                                             f"(ExecutionConfig.timeout={self.config.timeout})")))
+                                                 f"(ExecutionConfig.timeout={self.config.timeout})")))
             else:
                 waiting.append(r)
         self._waiting = waiting

@@ -11,4 +11,4 @@ class ContextLengthError(ConfigError):
 class AdmissionTimeout(TimeoutError):
     """A request waited ``ExecutionConfig.timeout`` seconds without being admitted, so it never ran: nothing was
     sampled and a retry with the same seed is exact. Servers pass it on as overload; an RL worker, whose own
-    concurrency is bounded, retries it (:func:`echo_rl.lm.rollout.generate_admitted`) instead of losing an episode."""
+    concurrency is bounded, retries it (:func:`echo_rl.lm.session.generate_admitted`) instead of losing an episode."""

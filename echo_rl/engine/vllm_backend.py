@@ -111,7 +111,7 @@ class VLLMExecutionEngine(EngineFrontend):
                 self._release()
             self.metrics.requests_failed += 1
             raise AdmissionTimeout(f"request waited {self.config.timeout}s for admission "
-                               f"(ExecutionConfig.timeout={self.config.timeout})") from None
+                                   f"(ExecutionConfig.timeout={self.config.timeout})") from None
 
     def _dispatch(self) -> None:
         free = self.config.max_concurrent_rollouts - self._running
