@@ -67,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ext.add_argument("--episode-timeout", type=float, default=300.0, help="seconds before an episode is killed "
                                                                            "and counted as timed out (default 300)")
     ext.add_argument("--updates", type=int, default=10, help="learner updates (default 10)")
+    ext.add_argument("--max-policy-lag", type=int, default=0, choices=(0, 1),
+                     help="1: the next batch runs on the served weights while the learner updates (episodes at "
+                          "most one version old); 0: on-policy batches (default)")
     p.add_argument("--config", metavar="FILE", help="YAML TrainingConfig; flags given here override it")
     p.add_argument("--set", metavar="FIELD=VALUE", action="append", default=[],
                    help="override any config field, e.g. --set ppo_config.learning_rate=1e-3 (repeatable)")
@@ -128,7 +131,8 @@ def run_external(args: argparse.Namespace) -> int:
 
     run_dir = args.run_dir or f"{config.results_dir}/external-{config.agent}-seed{config.seed}-{int(time.time())}"
     rows = train_external(config, command, episodes=args.episodes, concurrency=args.concurrency,
-                          episode_timeout=args.episode_timeout, updates=args.updates, run_dir=run_dir)
+                          episode_timeout=args.episode_timeout, updates=args.updates, run_dir=run_dir,
+                          max_policy_lag=args.max_policy_lag)
     print(f"done: {len(rows)} updates | run dir {run_dir}")
     return 0
 

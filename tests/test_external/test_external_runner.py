@@ -86,3 +86,20 @@ def test_requests_must_name_a_live_rollout(tiny):
         with pytest.raises(openai.ConflictError, match="'live' is finished"):
             ask("/rollout/live/v1")
         assert runner.recorder.counts["turns"] == 1
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_a_lag_of_one_generates_the_next_batch_during_the_update(tiny_path, tmp_path, monkeypatch, lag):
+    """With --max-policy-lag 1 the second batch starts on version 0 and the weights change under it (its
+    episodes outlast the update), so the learner trains on it one version behind; with 0 it is on-policy."""
+    for k, v in {"OUT_DIR": str(tmp_path), "MODE": "slow", "SLEEP": "3"}.items():
+        monkeypatch.setenv(k, v)
+    run = tmp_path / "run"
+    assert main(["train", "--task", "external", "--backbone", "tiny", "--command", " ".join(PROGRAM),
+                 "--episodes", "2", "--concurrency", "2", "--updates", "2", "--max-policy-lag", str(lag),
+                 "--run-dir", str(run), "--no-progress"]) == 0
+    import json
+
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["external/episodes"] for r in rows] == [2, 2] and rows[1]["external/stale"] == 0
+    assert [r["lm/staleness_max"] for r in rows] == [0, lag]
