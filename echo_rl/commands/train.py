@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                   "task (alfworld, webshop, cruxeval, arc); external: your own agent program "
                                   "(--command)")
     p.add_argument("--agent", help="learning agent (default: ppo; on text tasks ppo is GRPO and echo-rl is "
-                                   "ECHO + latent plan)")
+                                   "ECHO; --plan adds the latent plan)")
     p.add_argument("--backbone", help="language-model backbone for text tasks: tiny, tiny:<preset>, smollm2-135m "
                                       "(the default once fetched) or a local checkpoint directory (with a MiniGrid "
                                       "task: MiniGrid as text)")
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ablate.add_argument("--plan", action="store_true",
                         help=f"condition the policy on the latent plan (echo_config.latent_plan=true; default: "
                              f"{'on' if LATENT_PLAN_DEFAULT else 'off'}); the study found it changes nothing "
-                             "measurable at ~40%% of the vector agent's time (docs/results.md, the EchoRL vector "
+                             "measurable at about half the vector agent's time (docs/results.md, the EchoRL vector "
                              "agent)")
     ablate.add_argument("--no-plan", action="store_true", help="no latent plan (and so no plan KL)")
     ablate.add_argument("--no-kl", action="store_true", help="latent plan without the KL between consecutive plans")

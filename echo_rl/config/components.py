@@ -137,14 +137,14 @@ class BandwidthConfig(ConfigBase):
 
 
 #: Whether the EchoRL agent conditions its policy on the latent plan unless a config says otherwise
-#: (``--plan`` / ``--no-plan``). The sample-efficiency study (docs/results.md, "The EchoRL vector agent:
-#: sample efficiency on MiniGrid") found the plan changes nothing measurable — 13 of 15 cells reached 0.9
-#: with it and without it — at ~40% of the agent's time (docs/benchmarks.md). Turning it off by default
-#: waits for issue 38's evidence: time to 0.9 on the study's envs, seeds 0-4, confirmed on held-out 5-9
-#: (``benchmarks/time_to_solve.py``). Flipping it is this one line: saved runs, exported policies and the
-#: shipped configs name the field (:data:`SAVED_DEFAULTS` fills it where a saved config does not), so
-#: they keep the agent they were made with.
-LATENT_PLAN_DEFAULT = True
+#: (``--plan`` / ``--no-plan``); off, because the plan did not earn its cost. The sample-efficiency study
+#: (docs/results.md, "The EchoRL vector agent: sample efficiency on MiniGrid") found it changes nothing
+#: measurable (13 of 15 cells reached 0.9 with it and without it) at about half the agent's time
+#: (docs/benchmarks.md), and the time-to-solve benchmark measures the agent without it against PPO
+#: (docs/results.md, "time to solve"). On SmolLM2, ECHO + plan was the weakest LM arm. Saved runs, exported
+#: policies and the shipped configs name the field (:data:`SAVED_DEFAULTS` fills it where a saved config
+#: does not), so they keep the agent they were made with.
+LATENT_PLAN_DEFAULT = False
 
 #: Fields whose default may change, with the value every config saved so far was written under: a saved
 #: config (a run directory's config.yaml, an exported policy's metadata) that lacks one gets this value,
@@ -180,7 +180,7 @@ class EchoAgentConfig(ConfigBase):
 
     latent_plan: bool = spec(LATENT_PLAN_DEFAULT, help="condition the policy on the latent plan (--plan / --no-plan; "
                              "False: no plan encoder, no KL). The study found it changes nothing measurable at "
-                             "~40% of the vector agent's time: docs/results.md, the EchoRL vector agent")
+                             "about half the vector agent's time: docs/results.md, the EchoRL vector agent")
     world_model_coef: float = spec(0.5, help="weight of the next-observation prediction loss (0: no world model)",
                                    min=0)
     replay_updates: int = spec(2, help="V-trace minibatch updates on replayed sequences per iteration (0: no replay)",
@@ -242,8 +242,8 @@ class LMConfig(ConfigBase):
 
     On a text task ``--agent ppo`` trains GRPO (PPO's clipped ratio with group-relative
     advantages, no critic) and ``--agent echo-rl`` adds the ECHO env-output CE
-    (``env_loss_coef``) and the latent plan as soft-prefix embeddings (``--no-plan``,
-    ``--no-kl``, ``--no-world-model`` switch those off).
+    (``env_loss_coef``; ``--no-world-model`` switches it off) and, with ``--plan``, the latent plan as
+    soft-prefix embeddings (``--no-kl`` drops its KL).
     """
 
     env_loss_coef: float = spec(0.05, help="lambda: weight of the ECHO env-output CE for --agent echo-rl", min=0)

@@ -24,7 +24,7 @@ paper's world-model metric).
 
 TrainingConfig → this agent: ``agent=ppo`` is GRPO (λ = 0), ``agent=echo-rl``
 is ECHO (λ = ``lm_config.env_loss_coef``, 0 with ``echo_config.world_model_coef
-= 0``) plus the latent plan (off with ``echo_config.latent_plan = False``; its
+= 0``), plus the latent plan with ``echo_config.latent_plan = True`` (``--plan``; its
 KL weight is ``planning_config.kl_weight``). ``lm_config.objective="ppo-rlhf"``
 replaces GRPO's group advantages by a value head and GAE, ``"gigpo"`` adds step-level
 advantages over the anchor states the task names (``TaskSpec.anchor_state``); ``lm_config.reward``

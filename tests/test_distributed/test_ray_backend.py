@@ -302,7 +302,8 @@ def test_replay_service_actor_takes_samples_from_ray_writers(local_ray):
 
 # -- the EchoRL agent on Ray ------------------------------------------------------------------------
 
-ECHO_SMALL = {"planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,
+ECHO_SMALL = {"echo_config.latent_plan": True,  # every part on, the plan included, whatever its default
+              "planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,
               "echo_config.sequence_length": 8, "echo_config.replay_batch_sequences": 4,
               "echo_config.hidden_dim": 32, "replay_config.age_threshold": 16, "replay_config.max_replay_age": 64,
               "replay_config.min_experiences": 4, "ppo_config.batch_size": 32, "ppo_config.num_epochs": 1}

@@ -28,7 +28,7 @@ def _cfg(**over) -> TrainingConfig:
             "evaluation_episodes": 1, "evaluation_frequency": 0, "save_frequency": 0, "backend": "ray",
             "lm_config.group_size": 2, "lm_config.max_new_tokens": 4, "lm_config.sft_episodes": 1,
             "lm_config.sft_steps": 1, "lm_config.heldout_pool": 1, "lm_config.eval_every_updates": 1,
-            "lm_config.max_updates": 2, "planning_config.embedding_dim": 8,
+            "lm_config.max_updates": 2, "echo_config.latent_plan": True, "planning_config.embedding_dim": 8,
             "planning_config.state_window_size": 2}
     return TrainingConfig().with_overrides({**base, **over})
 

@@ -60,7 +60,7 @@ def test_alfworld_tiny_end_to_end_and_resume(shared_data, tmp_path):
     run = tmp_path / "run"
     env = {"ECHO_RL_CACHE_DIR": str(tmp_path / "cache")}
     common = ["--run-dir", str(run), "--no-progress"]
-    r = _cli("train", "--task", "alfworld", "--backbone", "tiny", "--agent", "echo-rl", "--timesteps", "4",
+    r = _cli("train", "--task", "alfworld", "--backbone", "tiny", "--agent", "echo-rl", "--plan", "--timesteps", "4",
              "--num-actors", "2", "--batch-size", "2", *common,
              "--set", "env_config={max_steps: 2, task_type: pick_and_place}",
              "--set", "evaluation_episodes=1", "--set", "evaluation_frequency=0", "--set", "lm_config.group_size=2",

@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 SMALL = dict(env_name="minigrid:MiniGrid-Empty-5x5-v0", agent="echo-rl", total_timesteps=256, num_actors=2,
              batch_size=32, evaluation_episodes=2, evaluation_frequency=0, save_frequency=0,
              env_config={"max_steps": 8}, loggers=[])
-ECHO = {"planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,
+ECHO = {"echo_config.latent_plan": True, "planning_config.embedding_dim": 8, "planning_config.state_window_size": 3,
         "echo_config.sequence_length": 8, "echo_config.replay_batch_sequences": 4, "echo_config.hidden_dim": 32,
         "echo_config.self_imitation_capacity": 256, "replay_config.age_threshold": 16,
         "replay_config.max_replay_age": 64, "replay_config.min_experiences": 4, "ppo_config.batch_size": 16,

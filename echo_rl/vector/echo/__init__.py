@@ -1,4 +1,4 @@
-"""The EchoRL agent for vector environments: PPO + latent plan + prioritized replay + world model.
+"""The EchoRL agent for vector environments: PPO + self-imitation + prioritized replay + world model (+ latent plan).
 
 Acme's split: :mod:`.actor` acts (the plan path) as a step actor of the shared
 ``VectorRolloutCollector``; :mod:`.adder` writes rollouts into the replay and the
