@@ -74,6 +74,10 @@ METHODS = {
     "echo-rl/no-self-imitation": ("echo-rl", {"echo_config.self_imitation_updates": 0}),
     # the plan and world model learn in one pass per rollout; PPO reads the acting plans (docs/benchmarks.md)
     "echo-rl/rollout-plan": ("echo-rl", {"echo_config.plan_pass": "rollout"}),
+    # PPO + self-imitation alone: without the plan the world model reads only detached trunk features, so
+    # nothing the policy uses learns from it, and the sequence replay trains only the value
+    "echo-rl/si-only": ("echo-rl", {"echo_config.latent_plan": False, "echo_config.replay_updates": 0,
+                                    "echo_config.world_model_coef": 0.0}),
 }
 # PPO + an intrinsic reward (echo_rl.intrinsic) at the documented defaults (beta 0.05, no decay,
 # running-std normalisation): the hard-exploration study in docs/results.md. Not in the default run.

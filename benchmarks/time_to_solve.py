@@ -34,7 +34,7 @@ import sample_efficiency as se  # noqa: E402 - the study's cells, budgets and pr
 
 import numpy as np  # noqa: E402
 
-DEFAULT_METHODS = ["ppo", "echo-rl"]
+DEFAULT_METHODS = ["ppo", "echo-rl/no-plan"]  # PPO and the default EchoRL agent (the study's "echo-rl" has the plan)
 
 
 def interleaved(methods: list[str], envs: list[str], seeds: list[int]) -> list[tuple[str, str, int]]:
