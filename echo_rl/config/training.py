@@ -162,7 +162,8 @@ class TrainingConfig(ConfigBase):
                                                   "tiny:<preset> or a local checkpoint directory (API models run "
                                                   "in echo-rl benchmark / the react and tot agents)")
         if self.agent not in ("ppo", "echo-rl"):
-            self._fail("agent", self.agent, "text tasks train with ppo (GRPO) or echo-rl (ECHO; --plan adds the latent plan)")
+            self._fail("agent", self.agent, "text tasks train with ppo (GRPO) or echo-rl (ECHO; --plan adds the "
+                                            "latent plan)")
         groups = self.num_actors // max(1, self.lm_config.group_size)
         if self.backend == "ray" and self.ray_num_workers is not None and self.ray_num_workers > max(1, groups):
             self._fail("ray_num_workers", self.ray_num_workers, f"text tasks split whole GRPO groups over the workers: "
