@@ -1,6 +1,7 @@
 """The trainer's side of a user's program: bad input is a one-line error or a counted drop, and the run goes on."""
 
 import asyncio
+import json
 import sys
 import threading
 from pathlib import Path
@@ -98,8 +99,6 @@ def test_a_lag_of_one_generates_the_next_batch_during_the_update(tiny_path, tmp_
     assert main(["train", "--task", "external", "--backbone", "tiny", "--command", " ".join(PROGRAM),
                  "--episodes", "2", "--concurrency", "2", "--updates", "2", "--max-policy-lag", str(lag),
                  "--run-dir", str(run), "--no-progress"]) == 0
-    import json
-
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["external/episodes"] for r in rows] == [2, 2] and rows[1]["external/stale"] == 0
     assert [r["lm/staleness_max"] for r in rows] == [0, lag]
