@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
-from echo_rl.external.runner import ExternalRunner
+from echo_rl.external.runner import DROPS, ExternalRunner
 from echo_rl.lm.policy import is_tiny, load_policy, resolve_lm_defaults
 from echo_rl.lm.trainer import LMTrainer
 from echo_rl.models.local import LocalBackbone
@@ -94,5 +94,5 @@ def train_external(config: TrainingConfig, command: Sequence[str], *, episodes: 
             log(f"update {update}: {int(batch.counts.get('episodes', 0))}/{episodes} episodes, "
                 f"{batch.steps} turns, return {row.get('episode/return', float('nan')):.3f}, "
                 f"splits {batch.counts.get('splits', 0)}, dropped "
-                f"{sum(batch.counts[k] for k in ('crashed', 'timed_out', 'no_reward', 'no_turns', 'stale'))}")
+                f"{sum(batch.counts[k] for k in DROPS)}")
     return rows
