@@ -90,6 +90,8 @@ def render(agent: str, task: str | None, variant: str) -> str:
 
 @pytest.mark.parametrize("agent", ["react", "act", "tot"])
 @pytest.mark.parametrize("task, variant", CASES)
-def test_builtin_prompts_are_unchanged(agent, task, variant):
+def test_builtin_prompts_are_unchanged(agent, task, variant, request):
+    if task == "alfworld":  # ReAct's ALFWorld prompts are benchmark data (../shared/data)
+        request.getfixturevalue("shared_data")
     digest = hashlib.sha256(render(agent, task, variant).encode()).hexdigest()
     assert digest == EXPECTED[f"{agent}/{task}/{variant}"]

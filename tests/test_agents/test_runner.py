@@ -55,26 +55,26 @@ def test_episode_plan_and_wilson():
 
 def test_bad_names_are_config_errors():
     with pytest.raises(ConfigError, match="unknown agent 'reflexion'; allowed: react, act, tot"):
-        evaluate_text_agent("arc", "reflexion", "expert", episodes=1, seed=0)
+        evaluate_text_agent("minigrid", "reflexion", "expert", episodes=1, seed=0)
     with pytest.raises(ConfigError, match="unknown backbone 'gpt-17'"):
-        evaluate_text_agent("arc", "react", "gpt-17", episodes=1, seed=0)
+        evaluate_text_agent("minigrid", "react", "gpt-17", episodes=1, seed=0)
     with pytest.raises(ConfigError, match="unknown task"):
         evaluate_text_agent("chess", "react", "expert", episodes=1, seed=0)
     with pytest.raises(ConfigError, match="episodes"):
-        evaluate_text_agent("arc", "react", "expert", episodes=0, seed=0)
+        evaluate_text_agent("minigrid", "react", "expert", episodes=0, seed=0)
 
 
 def test_missing_api_key_fails_before_any_request(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
-        evaluate_text_agent("arc", "react", "claude-3.5-sonnet", episodes=1, seed=0)
+        evaluate_text_agent("minigrid", "react", "claude-3.5-sonnet", episodes=1, seed=0)
 
 
 def test_eval_cli_one_line_error(monkeypatch, capsys):
     from echo_rl.cli import main
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    code = main(["eval", "--task", "arc", "--agent", "react", "--backbone", "gpt-4o", "--episodes", "1"])
+    code = main(["eval", "--task", "minigrid", "--agent", "react", "--backbone", "gpt-4o", "--episodes", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "OPENAI_API_KEY" in err and len(err.splitlines()) == 1
 
