@@ -14,6 +14,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from echo_rl.config import ConfigError
 from echo_rl.export.runs import newest_payload, run_config
@@ -49,11 +50,17 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
 
     # inside the run directory, export/ and export/transformers/ are never symlinks to elsewhere
     path = Path(out) if out else Jail(run_dir).path("export/transformers")
-    if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / INFO_FILE).is_file())):
-        raise ConfigError(f"--out {path} exists and is not an earlier export: give a new directory")
     info = {"echo_rl_export": 1, "format": "transformers", "run_dir": str(run_dir), "checkpoint": ckpt,
             "backbone": config.backbone, "env_name": config.env_name, "agent": config.agent, "seed": config.seed,
             "step": payload["step"]}
+    return write_transformers(model, tokenizer, path, info), info
+
+
+def write_transformers(model: Any, tokenizer: Any, path: Path, info: dict) -> Path:
+    """``save_pretrained`` of model and tokenizer into ``path`` with ``info`` beside them, all at once: a
+    reader sees the old directory or the new one, never half of it; only an earlier export is replaced."""
+    if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / INFO_FILE).is_file())):
+        raise ConfigError(f"--out {path} exists and is not an earlier export: give a new directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
     try:
@@ -65,4 +72,4 @@ def export_lm_run(run_dir: str | Path, out: str | Path | None = None) -> tuple[P
         tmp.rename(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return path, info
+    return path

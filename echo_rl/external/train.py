@@ -24,12 +24,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
+from echo_rl.export.lm import write_transformers
 from echo_rl.external.runner import DROPS, ExternalRunner
 from echo_rl.lm.policy import is_tiny, load_policy, resolve_lm_defaults
 from echo_rl.lm.trainer import LMTrainer
 from echo_rl.models.local import LocalBackbone
 from echo_rl.models.resolve import resolve_backbone
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
+from echo_rl.utils.jail import Jail
 
 
 def _checkpoint(backbone: str, seed: int) -> Path:
@@ -95,4 +97,9 @@ def train_external(config: TrainingConfig, command: Sequence[str], *, episodes: 
                 f"{batch.steps} turns, return {row.get('episode/return', float('nan')):.3f}, "
                 f"splits {batch.counts.get('splits', 0)}, dropped "
                 f"{sum(batch.counts[k] for k in DROPS)}")
+    path = write_transformers(model, tokenizer, Jail(run_dir).path("export/transformers"),
+                              {"echo_rl_export": 1, "format": "transformers", "run_dir": str(run_dir),
+                               "backbone": config.backbone, "task": "external", "agent": config.agent,
+                               "seed": config.seed, "updates": len(rows), "policy_version": trainer.learner.version})
+    log(f"weights: {path}")
     return rows

@@ -27,3 +27,30 @@ def test_the_example_trains_for_an_update(tiny_path, tmp_path, monkeypatch):
     assert rows[0]["external/episodes"] == 2 and rows[0]["external/crashed"] == 0, rows[0]
     assert rows[0]["external/turns"] == 4  # 2 episodes x 2 turns, every one recorded
     assert any(k.startswith("lm/") for k in rows[0])  # the learner updated on them
+    # the trained weights end as a transformers directory that differs from the start and loads as a backbone
+    from safetensors.torch import load_file
+
+    from echo_rl.external.train import _checkpoint
+    from echo_rl.lm.policy import load_policy
+
+    export = tmp_path / "run" / "export" / "transformers"
+    start, end = load_file(_checkpoint("tiny", 0) / "model.safetensors"), load_file(export / "model.safetensors")
+    assert start.keys() == end.keys() and any(not start[k].equal(end[k]) for k in start)
+    info = json.loads((export / "echo_rl_export.json").read_text())
+    assert info["task"] == "external" and info["updates"] == 1 and info["policy_version"] == 1
+    model, _ = load_policy(str(export), 0)
+    assert all(p.equal(end[k]) for k, p in model.state_dict().items() if k in end)
+
+
+def test_the_terminal_example_trains_for_an_update(tiny_path, tmp_path, monkeypatch):
+    """Two attempts at one sandboxed terminal task (AGENT_GROUP=2), each verified and reported, one update."""
+    monkeypatch.setenv("AGENT_GROUP", "2")
+    monkeypatch.setenv("AGENT_MAX_TOKENS", "8")
+    code = main(["train", "--task", "external", "--backbone", "tiny", "--command",
+                 f"{sys.executable} {AGENT.with_name('terminal_agent.py')}", "--episodes", "2", "--concurrency", "2",
+                 "--updates", "1", "--run-dir", str(tmp_path / "run"), "--no-progress"])
+    assert code == 0
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
+    assert row["external/episodes"] == 2 and row["external/crashed"] == 0 and row["external/no_reward"] == 0, row
+    assert 2 <= row["external/turns"] <= 6  # at most the task's 3 turns each
+    assert "lm/loss" in row
