@@ -15,8 +15,9 @@ from echo_rl.environments.registry import make_env
 from echo_rl.environments.tool_calls import TERMINAL_TOOLS, ToolCall, render_text
 from echo_rl.external import report
 
-SYSTEM = ("You work in a Linux terminal to complete the task. You see each command's output. When the task is "
-          "done, submit (an empty answer for file work).")
+# the in-process trainer's system prompt for this task; the server appends the tool-call format to it
+SYSTEM = ("You are an agent in a text environment. You work in a Linux terminal to complete the task. You see each "
+          "command's output. When the task is done, submit (an empty answer for file work).")
 
 
 def text(info: dict) -> str:
