@@ -54,3 +54,32 @@ def test_the_terminal_example_trains_for_an_update(tiny_path, tmp_path, monkeypa
     assert row["external/episodes"] == 2 and row["external/crashed"] == 0 and row["external/no_reward"] == 0, row
     assert 2 <= row["external/turns"] <= 6  # at most the task's 3 turns each
     assert "lm/loss" in row
+
+
+def test_the_terminal_example_asks_what_the_in_process_trainer_asks(tiny):
+    """Its first request renders, through the server's tool path, to the in-process episode's first prompt."""
+    import importlib.util
+
+    from echo_rl.environments.registry import make_env, task_format
+    from echo_rl.environments.tool_calls import TERMINAL_TOOLS
+    from echo_rl.lm.chat_delta import ChatRenderer
+    from echo_rl.lm.rollout import lm_turn_setup
+    from echo_rl.lm.trajectory import TrajectoryBuilder
+    from echo_rl.serve.schemas import ChatCompletionRequest
+    from echo_rl.serve.tool_api import tool_prompt
+
+    spec = importlib.util.spec_from_file_location("terminal_agent", AGENT.with_name("terminal_agent.py"))
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    env = make_env("terminal", level=1, max_steps=3)
+    try:
+        _, info = env.reset(seed=5)
+        renderer = ChatRenderer(tiny.tokenizer)
+        system, role = lm_turn_setup(task_format("terminal", env), renderer, None)
+        in_process = TrajectoryBuilder(renderer, info["segments"], system=system, observation_role=role).token_ids
+        request = ChatCompletionRequest(model="policy", tools=[t.schema() for t in TERMINAL_TOOLS], messages=[
+            {"role": "system", "content": agent.SYSTEM}, {"role": "user", "content": agent.text(info)}])
+        _, messages, render = tool_prompt(request, tiny)
+        assert render(messages) == list(in_process)
+    finally:
+        env.close()
