@@ -79,6 +79,8 @@ def table(args: argparse.Namespace) -> None:
             cells.append(f"{mean:.2f} ± {half:.2f} "
                          f"({', '.join(f'{v:.2f}' for v in per_seed)})")
         print(f"| {arm} | " + " | ".join(cells) + " |")
+    if args.plot:
+        _plot(curves, n, args.block, Path(args.plot))
     for arm, runs in arms.items():
         scores = [_heldout(run) for run in runs]
         if all(s is not None for s in scores):
@@ -86,6 +88,31 @@ def table(args: argparse.Namespace) -> None:
             lo, hi = wilson_interval(k, total)
             print(f"{arm} held-out after training: {k}/{total} = {k / total:.2f} [{lo:.2f}, {hi:.2f}] "
                   f"(per seed {', '.join(f'{a}/{b}' for a, b in scores)})")
+
+
+def _plot(curves: dict[str, list[list[float]]], n: int, block: int, path: Path) -> None:
+    """Each arm's training return, a rolling mean over ``block`` updates, mean over seeds with a t band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm, runs in curves.items():
+        rolled = [[sum(c[max(0, u - block + 1):u + 1]) / (u + 1 - max(0, u - block + 1)) for u in range(n)]
+                  for c in runs]
+        mean, half = zip(*(t_interval([r[u] for r in rolled]) for u in range(n)))
+        x = range(1, n + 1)
+        ax.plot(x, mean, label=f"{arm} ({len(runs)} seeds)")
+        ax.fill_between(x, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)], alpha=0.2)
+    ax.set_xlabel("learner update")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel(f"training return (rolling mean of {block})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def _heldout(run: Path) -> tuple[int, int] | None:
@@ -116,6 +143,7 @@ def main() -> None:
     t.add_argument("--inprocess", nargs="+", required=True)
     t.add_argument("--external", nargs="+", required=True)
     t.add_argument("--block", type=int, default=6)
+    t.add_argument("--plot", metavar="PNG", help="also draw the curves")
     args = ap.parse_args()
     {"start": start, "heldout": heldout, "table": table}[args.step](args)
 
