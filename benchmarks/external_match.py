@@ -36,11 +36,11 @@ def start(args: argparse.Namespace) -> None:
     from echo_rl.lm.loop import LMAgent
 
     agent = LMAgent(_config(args), torch.device("cpu"))
-    agent.warm_start()
+    sft = agent.warm_start()
     path = write_transformers(agent.model, agent.tokenizer, Path(args.out),
                               {"echo_rl_export": 1, "format": "transformers", "sft_of": args.config,
-                               "seed": args.seed, "sft": agent._pending})
-    print(f"{path}: the SFT start of seed {args.seed} ({agent._pending})")
+                               "seed": args.seed, "sft": sft})
+    print(f"{path}: the SFT start of seed {args.seed} ({sft})")
 
 
 def heldout(args: argparse.Namespace) -> None:

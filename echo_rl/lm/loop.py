@@ -224,16 +224,18 @@ class LMAgent(AgentBase):
         planner = copy.deepcopy(self.planner).to(self.learner.engine_dtype) if self.planner is not None else None
         await self.generator.start(self.learner.engine_copy(), planner, self.learner.version)
 
-    def warm_start(self) -> None:
-        """The SFT warm start, once: afterwards ``model`` is where RL starts (``benchmarks/external_match.py``
-        exports it so an external run starts from the same weights)."""
-        if not self.sft_done:
-            self._pending = {f"sft/{k}": v for k, v in self._sft().items()}
-            self.sft_done = True
-            self.learner.version = 0  # SFT is the starting point of the RL policy: version 0, a fresh optimiser
-            self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
-            if self.learner.ref_model is not None:  # the KL reference is where RL starts: the SFT policy
-                self.learner.ref_model.load_state_dict(self.model.state_dict())
+    def warm_start(self) -> dict[str, float]:
+        """The SFT warm start, once (its metrics; {} after the first call): afterwards ``model`` is where RL
+        starts (``benchmarks/external_match.py`` exports it so an external run starts from the same weights)."""
+        if self.sft_done:
+            return {}
+        self._pending = {f"sft/{k}": v for k, v in self._sft().items()}
+        self.sft_done = True
+        self.learner.version = 0  # SFT is the starting point of the RL policy: version 0, a fresh optimiser
+        self.learner.optimizer = self.learner.make_optimizer(self.config.lm_config.learning_rate)
+        if self.learner.ref_model is not None:  # the KL reference is where RL starts: the SFT policy
+            self.learner.ref_model.load_state_dict(self.model.state_dict())
+        return dict(self._pending)
 
     def close(self) -> Any:
         """Stop the engine: an awaitable while it runs, None otherwise (so sync callers need no loop). A local
