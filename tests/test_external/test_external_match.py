@@ -1,18 +1,10 @@
 """benchmarks/external_match.py's table: per-block training returns and pooled held-out success of both arms."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "external_match.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("external_match_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.script_loader import load_script
 
 
 def _rows(path: Path, rows: list[dict]) -> None:
@@ -32,7 +24,7 @@ def test_table_sets_both_arms_side_by_side(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["external_match.py", "table", "--inprocess", str(tmp_path / "in"),
                                       "--external", str(tmp_path / "ext"), "--block", "2",
                                       "--plot", str(tmp_path / "curves.png")])
-    _load().main()
+    load_script("benchmarks/external_match.py", "external_match_under_test").main()
     out = capsys.readouterr().out
     assert "| in-process | 0.25 ± nan (0.25) | 0.75 ± nan (0.75) |" in out  # the shorter run sets the blocks
     assert "| external | 0.00 ± nan (0.00) | 1.00 ± nan (1.00) |" in out

@@ -11,6 +11,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("minigrid")
 
 from echo_rl.cli import main  # noqa: E402
+from tests.script_loader import load_script  # noqa: E402
 
 AGENT = Path(__file__).resolve().parents[2] / "examples" / "own_agent" / "agent.py"
 
@@ -58,8 +59,6 @@ def test_the_terminal_example_trains_for_an_update(tiny_path, tmp_path, monkeypa
 
 def test_the_terminal_example_asks_what_the_in_process_trainer_asks(tiny):
     """Its first request renders, through the server's tool path, to the in-process episode's first prompt."""
-    import importlib.util
-
     from echo_rl.environments.registry import make_env, task_format
     from echo_rl.environments.tool_calls import TERMINAL_TOOLS
     from echo_rl.lm.chat_delta import ChatRenderer
@@ -68,9 +67,7 @@ def test_the_terminal_example_asks_what_the_in_process_trainer_asks(tiny):
     from echo_rl.serve.schemas import ChatCompletionRequest
     from echo_rl.serve.tool_api import tool_prompt
 
-    spec = importlib.util.spec_from_file_location("terminal_agent", AGENT.with_name("terminal_agent.py"))
-    agent = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(agent)
+    agent = load_script("examples/own_agent/terminal_agent.py", "terminal_agent")
     env = make_env("terminal", level=1, max_steps=3)
     try:
         _, info = env.reset(seed=5)

@@ -1,21 +1,15 @@
 """benchmarks/trl_anchor.py: each side's precision is measured, and an unlike-precision ratio says so."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+from tests.script_loader import load_script
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "trl_anchor.py"
+transformers = pytest.importorskip("transformers")
 
 
 def _anchor():
-    spec = importlib.util.spec_from_file_location("trl_anchor", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/trl_anchor.py", "trl_anchor")
 
 
 def _tiny_llama():
