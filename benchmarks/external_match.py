@@ -32,7 +32,7 @@ def _config(args: argparse.Namespace, **overrides: object) -> TrainingConfig:
 
 
 def start(args: argparse.Namespace) -> None:
-    from echo_rl.export.lm import write_transformers
+    from echo_rl.models.save import write_transformers
     from echo_rl.lm.loop import LMAgent
 
     agent = LMAgent(_config(args), torch.device("cpu"))

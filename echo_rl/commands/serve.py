@@ -75,8 +75,9 @@ def current_export(run_dir: Path) -> Path:
     """The run's transformers export of its newest checkpoint, written now unless an earlier one is current."""
     import json
 
-    from echo_rl.export.lm import INFO_FILE, export_lm_run  # torch: loaded on first use
+    from echo_rl.export.lm import export_lm_run  # torch: loaded on first use
     from echo_rl.export.runs import run_config  # torch: loaded on first use
+    from echo_rl.models.save import INFO_FILE  # with the export path it belongs to
     from echo_rl.training.run_dir import RunDirectory  # torch: loaded on first use
 
     if not run_dir.is_dir():

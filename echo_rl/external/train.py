@@ -24,12 +24,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from echo_rl.config import BandwidthConfig, ConfigError, TrainingConfig
-from echo_rl.export.lm import write_transformers
 from echo_rl.external.runner import DROPS, ExternalRunner
 from echo_rl.lm.policy import is_tiny, load_policy, resolve_lm_defaults
 from echo_rl.lm.trainer import LMTrainer
 from echo_rl.models.local import LocalBackbone
 from echo_rl.models.resolve import resolve_backbone
+from echo_rl.models.save import write_transformers
 from echo_rl.training.bandwidth import BandwidthEfficiencyTracker
 from echo_rl.utils.jail import Jail
 
