@@ -10,7 +10,8 @@ scores a transformers directory on the in-process run's held-out panel (the same
 
     python benchmarks/external_match.py start --config C --seed S --out runs/match/start-sS
     python benchmarks/external_match.py heldout --config C --seed S --backbone runs/match/ext-sS/export/transformers
-    python benchmarks/external_match.py table --inprocess runs/q/grpo-s0 ... --external runs/match/ext-s0 ...
+    python benchmarks/external_match.py table --inprocess runs/terminal_l1/grpo-seed0 ...
+        --external runs/match/ext-s0 ...
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def _config(args: argparse.Namespace, **overrides: object) -> TrainingConfig:
 
 
 def start(args: argparse.Namespace) -> None:
-    from echo_rl.models.save import write_transformers
     from echo_rl.lm.loop import LMAgent
+    from echo_rl.models.save import write_transformers
 
     agent = LMAgent(_config(args), torch.device("cpu"))
     sft = agent.warm_start()

@@ -18,7 +18,7 @@ def write_transformers(model: Any, tokenizer: Any, path: Path, info: dict) -> Pa
     """``save_pretrained`` of model and tokenizer into ``path`` with ``info`` beside them, all at once: a
     reader sees the old directory or the new one, never half of it; only an earlier export is replaced."""
     if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (path / INFO_FILE).is_file())):
-        raise ConfigError(f"--out {path} exists and is not an earlier export: give a new directory")
+        raise ConfigError(f"{path} exists and is not an earlier export: give a new directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
     try:

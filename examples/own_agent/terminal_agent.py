@@ -2,7 +2,7 @@
 
 Each episode is one generated terminal task in its own bubblewrap sandbox, scored by the task's verifier. Run it
 against any OpenAI-compatible endpoint, or train it with ``echo-rl train --task external --command "python
-examples/own_agent/terminal_agent.py"``. Episodes ``AGENT_GROUP`` apart in number share a task, so the trainer
+examples/own_agent/terminal_agent.py"``. Each ``AGENT_GROUP`` consecutive episodes share a task, so the trainer
 compares ``AGENT_GROUP`` attempts at each (one group for GRPO / GiGPO / ECHO).
 """
 
