@@ -58,10 +58,13 @@ def heldout(args: argparse.Namespace) -> None:
     print(f"held-out: {k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}] | {m}")
 
 
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
 def _train_return(run: Path) -> list[float]:
     """Each update's mean episode return (both arms log it; the terminal verifier's reward, 1 = solved)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r["episode/return"] for r in rows if "episode/return" in r]
+    return [r["episode/return"] for r in _rows(run) if "episode/return" in r]
 
 
 def table(args: argparse.Namespace) -> None:
@@ -95,13 +98,14 @@ def _plot(curves: dict[str, list[list[float]]], n: int, block: int, path: Path) 
     """Each arm's training return, a rolling mean over ``block`` updates, mean over seeds with a t band."""
     import matplotlib
 
+    from echo_rl.experiments.terminal_report import moving_average
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, runs in curves.items():
-        rolled = [[sum(c[max(0, u - block + 1):u + 1]) / (u + 1 - max(0, u - block + 1)) for u in range(n)]
-                  for c in runs]
+        rolled = [moving_average(c[:n], block) for c in runs]
         mean, half = zip(*(t_interval([r[u] for r in rolled]) for u in range(n)))
         x = range(1, n + 1)
         ax.plot(x, mean, label=f"{arm} ({len(runs)} seeds)")
@@ -119,8 +123,7 @@ def _plot(curves: dict[str, list[list[float]]], n: int, block: int, path: Path) 
 def _heldout(run: Path) -> tuple[int, int] | None:
     """(successes, episodes) of the run's last held-out evaluation: its own rows, or ``heldout`` of its export."""
     scored = run / "export" / "transformers" / "heldout.json"
-    rows = [json.loads(scored.read_text())] if scored.is_file() else \
-        [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(scored.read_text())] if scored.is_file() else _rows(run)
     rows = [{k.removeprefix("eval/"): v for k, v in r.items()} for r in rows if "eval/success_rate" in r
             or "success_rate" in r and "episodes" in r]
     if not rows:
